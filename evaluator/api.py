@@ -1,0 +1,124 @@
+"""The evaluator's public surface: the only module ``evolve`` imports from ``evaluator``.
+
+Contract (the seam between the two packages):
+
+* A step-time model is a :class:`StepModel`: a vectorised function over a feature matrix
+  (teacher forcing), the same function compiled by numba for one step (closed loop), an
+  optional per-request queueing delay, and the positions of the two E2E-only constants.
+  ``evolve.language`` builds these from programs; ``evaluator.baselines`` builds them by hand.
+* Constants are per scenario: ``ConstMap`` maps a scenario name to its constant vector. The
+  scope policy (global / per_model / per_scenario) lives in ``evolve.fitting``.
+* Closed loop (:meth:`Evaluator.simulate`) produces corpora and official metrics;
+  teacher forcing (:meth:`Evaluator.score`) rescores a model on fixed corpora in
+  milliseconds, which is what CMA-ES and the search loop call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evaluator.corpus import Corpus, FitSet, build_fit_set
+from evaluator.glossary import FEATURE_INDEX, FEATURE_NAMES, FEATURES, N_FEATURES
+from evaluator.scenarios import DataError, Scenario, data_dir, load_scenarios
+from evaluator.score import RunMetrics, loss, score_corpus, score_fit_set
+from evaluator.simulator import SimResult, simulate
+
+VectorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+QueueFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+ConstMap = Mapping[str, np.ndarray]
+
+__all__ = [
+    "FEATURES", "FEATURE_INDEX", "FEATURE_NAMES", "N_FEATURES", "ConstMap", "Corpus",
+    "DataError", "Evaluator", "FitSet", "RunMetrics", "Scenario", "SimResult", "StepModel",
+    "data_dir", "load_scenarios", "loss",
+]
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A step-time model in the two forms the evaluator runs.
+
+    ``vector_fn(F, c)``: ``F`` is ``float64[N_FEATURES, n_steps]`` (row i = feature i of
+    ``FEATURE_NAMES``), ``c`` the constant vector; returns ``float64[n_steps]`` in µs.
+    ``scalar_fn``: a numba-compiled ``float64(float64[::1], float64[::1])`` taking one
+    step's feature vector and ``c``; must equal ``vector_fn`` step for step.
+    ``queue_fn(R, c)``: ``R`` is ``float64[2, n_requests]`` (input_tokens, output_tokens);
+    returns the µs by which each request's entry to the queue is delayed (BLIS QueueingTime).
+    ``post_decode_index`` / ``output_token_index``: positions in ``c`` of the constants
+    ``post_decode_us`` and ``output_token_us`` (added to reported E2E only), or None.
+    """
+
+    name: str
+    vector_fn: VectorFn
+    scalar_fn: object
+    queue_fn: QueueFn | None = None
+    post_decode_index: int | None = None
+    output_token_index: int | None = None
+
+
+class Evaluator:
+    """Scenarios plus the corpora they were simulated into; scores models against them."""
+
+    def __init__(self, scenarios: Sequence[Scenario]):
+        self.scenarios = list(scenarios)
+        self.by_name = {s.name: s for s in self.scenarios}
+        self.corpora: dict[str, Corpus] = {}
+        self.fit_sets: dict[str, FitSet] = {}
+        self.corpus_version = ""
+
+    @classmethod
+    def from_data(cls, data: str | None = None, names: list[str] | None = None) -> Evaluator:
+        return cls(load_scenarios(data, names))
+
+    def simulate(self, model: StepModel, consts: ConstMap,
+                 names: Sequence[str] | None = None, record_members: bool = False,
+                 progress: Callable[[str], None] | None = None) -> dict[str, SimResult]:
+        """Closed-loop simulation of the named scenarios (all by default)."""
+        out: dict[str, SimResult] = {}
+        for name in names or [s.name for s in self.scenarios]:
+            sc = self.by_name[name]
+            out[name] = simulate(sc, model, np.asarray(consts[name], dtype=np.float64),
+                                 record_members=record_members)
+            if progress is not None:
+                progress(name)
+        return out
+
+    def refresh_corpora(self, model: StepModel, consts: ConstMap, window_steps: int = 2000,
+                        names: Sequence[str] | None = None,
+                        progress: Callable[[str], None] | None = None) -> str:
+        """Re-simulate with ``model``; keep the corpora and their fitting subsamples.
+
+        Returns the corpus version: a content hash of the corpora, stored with every
+        evaluation so a score can be traced to the batches it was computed on.
+        """
+        sims = self.simulate(model, consts, names, progress=progress)
+        for name, res in sims.items():
+            self.corpora[name] = res.corpus
+            self.fit_sets[name] = build_fit_set(self.by_name[name], res.corpus, window_steps)
+        import hashlib
+
+        h = hashlib.sha256()
+        for name in sorted(self.corpora):
+            h.update(name.encode())
+            h.update(self.corpora[name].digest().encode())
+        self.corpus_version = h.hexdigest()[:16]
+        return self.corpus_version
+
+    def score(self, model: StepModel, consts: ConstMap, names: Sequence[str] | None = None,
+              full: bool = False) -> dict[str, RunMetrics]:
+        """Teacher-forced metrics on the current corpora (fitting subsample unless ``full``)."""
+        out: dict[str, RunMetrics] = {}
+        for name in names or sorted(self.corpora):
+            sc = self.by_name[name]
+            c = np.asarray(consts[name], dtype=np.float64)
+            if full:
+                out[name] = score_corpus(sc, self.corpora[name], model, c)
+            else:
+                out[name] = score_fit_set(sc, self.fit_sets[name], model, c)
+        return out
+
+    def names(self, split: str | None = None) -> list[str]:
+        return [s.name for s in self.scenarios if split is None or s.split == split]

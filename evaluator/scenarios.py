@@ -1,0 +1,296 @@
+"""Measured vLLM runs as typed, validated ``Scenario`` objects.
+
+A scenario is everything the simulator and the scorer need about one run: the model
+architecture (config.json), the GPU (datasheet), the server limits, the request stream and
+the measured targets. Loading validates every field it reads and fails with a
+``DataError`` naming the file and the field, because a silently wrong input would make
+every score downstream meaningless.
+
+Traps from ``data/README.md`` handled here: output lengths come from the load profile
+(trap 4), failed requests whose client-side prompt count is 0 get the run's median prompt
+length, prefix groups are inferred (trap 5, 8), the bf16 peak is halved to the dense figure
+(trap 6).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluator.components import ARCH_FIELDS
+
+DEFAULT_DATA = Path("../shared/data")
+CLIENT_TIMEOUT_S = 300.0
+MAX_MODEL_LEN = 4096
+
+
+class DataError(ValueError):
+    """A data file is missing or malformed; the message names the file and the field."""
+
+
+def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Resolve the data directory: explicit argument, ``EVOLVE_DATA``, then the default."""
+    path = Path(explicit or os.environ.get("EVOLVE_DATA") or DEFAULT_DATA)
+    if not (path / "experiments").is_dir():
+        raise DataError(f"{path}: data directory not found (no experiments/ inside); "
+                        "pass --data DIR or set EVOLVE_DATA")
+    return path
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int, float)) -> Any:
+    cur = obj
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise DataError(f"{path}: missing field '{dotted}'")
+        cur = cur[part]
+    if not isinstance(cur, kind) or isinstance(cur, bool) and kind != bool:
+        raise DataError(f"{path}: field '{dotted}' has wrong type {type(cur).__name__}")
+    if isinstance(cur, (int, float)) and not isinstance(cur, bool) and not np.isfinite(cur):
+        raise DataError(f"{path}: field '{dotted}' is not finite")
+    return cur
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """Transformer shape from a HuggingFace config.json."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    n_experts: int
+    topk: int
+    vocab: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 1
+
+    @classmethod
+    def load(cls, path: Path) -> ModelArch:
+        cfg = _read_json(path)
+        g = lambda k: int(_get(cfg, path, k, int))  # noqa: E731
+        return cls(name=path.parent.name, layers=g("num_hidden_layers"),
+                   hidden=g("hidden_size"), heads=g("num_attention_heads"),
+                   kv_heads=int(cfg.get("num_key_value_heads", g("num_attention_heads"))),
+                   intermediate=g("intermediate_size"),
+                   n_experts=int(cfg.get("num_local_experts", 0) or 0),
+                   topk=int(cfg.get("num_experts_per_tok", 0) or 0), vocab=g("vocab_size"))
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """GPU peaks used by the analytical components (dense figures)."""
+
+    name: str
+    peak_flops: float
+    hbm_bw: float
+    nvlink_bw: float
+
+    @classmethod
+    def load(cls, path: Path) -> Hardware:
+        hw = _read_json(path)
+        bf16 = float(_get(hw, path, "compute.bf16_tensor_core"))
+        sparse = bool(hw.get("compute", {}).get("with_sparsity", False))
+        return cls(name=str(hw.get("name", path.stem)),
+                   peak_flops=bf16 * 1e12 / (2.0 if sparse else 1.0),
+                   hbm_bw=float(_get(hw, path, "memory.bandwidth_tb_s")) * 1e12,
+                   nvlink_bw=float(_get(hw, path, "interconnect.nvlink_bandwidth_gb_s")) * 1e9)
+
+
+@dataclass(frozen=True)
+class Server:
+    """vLLM server limits of a run."""
+
+    tp: int
+    max_num_seqs: int
+    max_batched_tokens: int
+    kv_blocks: int
+    block_size: int
+    max_model_len: int = MAX_MODEL_LEN
+
+
+@dataclass(frozen=True)
+class Stage:
+    rate: float
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Ground truth: per-request client-side latencies and the run's aggregates (seconds)."""
+
+    e2e_s: np.ndarray  # NaN where the request failed
+    ttft_s: np.ndarray  # NaN where the request failed or no TTFT was recorded
+    failed: np.ndarray  # bool
+    summary: dict[str, float]  # e.g. "e2e_mean", "e2e_p99", "ttft_p90", "failures"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One measured run (or a user trace), ready for simulation and scoring."""
+
+    name: str
+    model: str  # short model name, the key for per-model constants
+    workload: str
+    split: str
+    arch: ModelArch
+    hardware: Hardware
+    server: Server
+    stages: tuple[Stage, ...]
+    system_prompt_len: int
+    n_prefix_groups: int
+    arrival_us: np.ndarray  # float64, sorted
+    input_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64: tokens the server decodes (profile output_len)
+    prefix_group: np.ndarray  # int64 in [0, n_prefix_groups)
+    measured: Measured
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.arrival_us.shape[0])
+
+    @cached_property
+    def arch_vector(self) -> np.ndarray:
+        a, h = self.arch, self.hardware
+        vals = {"layers": a.layers, "hidden": a.hidden, "heads": a.heads,
+                "kv_heads": a.kv_heads, "head_dim": a.head_dim, "intermediate": a.intermediate,
+                "n_experts": a.n_experts, "topk": a.topk, "vocab": a.vocab,
+                "tp": self.server.tp, "peak_flops": h.peak_flops, "hbm_bw": h.hbm_bw,
+                "nvlink_bw": h.nvlink_bw, "bytes_per_param": 2.0}
+        return np.array([float(vals[k]) for k in ARCH_FIELDS], dtype=np.float64)
+
+    def stage_of(self, t_us: np.ndarray) -> np.ndarray:
+        """Load-stage index of each time (µs since the first arrival)."""
+        edges = np.cumsum([s.duration_s * 1e6 for s in self.stages])[:-1]
+        return np.searchsorted(edges, t_us, side="right")
+
+
+_SUMMARY_KEYS = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
+
+
+def _summary(path: Path) -> dict[str, float]:
+    doc = _read_json(path)
+    out: dict[str, float] = {"successes": float(_get(doc, path, "successes.count")),
+                             "failures": float(_get(doc, path, "failures.count"))}
+    if out["successes"] > 0:
+        for metric, key in (("e2e", "request_latency"), ("ttft", "time_to_first_token")):
+            for short, src in _SUMMARY_KEYS.items():
+                out[f"{metric}_{short}"] = float(
+                    _get(doc, path, f"successes.latency.{key}.{src}"))
+    return out
+
+
+def load_scenario(exp_dir: Path, data: Path) -> Scenario:
+    """Load and validate one experiment directory."""
+    req_path = exp_dir / "requests.json"
+    doc = _read_json(req_path)
+    cfg = lambda k: int(_get(doc, req_path, f"config.{k}", int))  # noqa: E731
+    server = Server(tp=cfg("tensor_parallelism"), max_num_seqs=cfg("max_num_seqs"),
+                    max_batched_tokens=cfg("max_num_batched_tokens"),
+                    kv_blocks=cfg("kv_blocks_total_gpu"), block_size=cfg("block_size"))
+    for k in ("tp", "max_num_seqs", "max_batched_tokens", "kv_blocks", "block_size"):
+        if getattr(server, k) <= 0:
+            raise DataError(f"{req_path}: field 'config' value {k} must be positive")
+    model_id = str(_get(doc, req_path, "model_id", str))
+    split = str(_get(doc, req_path, "split", str))
+    if split not in ("train", "validate", "test"):
+        raise DataError(f"{req_path}: field 'split' must be train/validate/test, got {split!r}")
+    reqs = _get(doc, req_path, "requests", list)
+    if not reqs:
+        raise DataError(f"{req_path}: field 'requests' is empty")
+    try:
+        arrival = np.array([r["arrival_time_us"] for r in reqs], dtype=np.float64)
+        inp = np.array([r["input_tokens"] for r in reqs], dtype=np.int64)
+        err = np.array([bool(r["has_error"]) for r in reqs])
+        idx = np.array([r["index"] for r in reqs], dtype=np.int64)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{req_path}: field 'requests[].{exc}' missing or invalid") from None
+    if not np.all(np.isfinite(arrival)) or np.any(arrival < 0):
+        raise DataError(f"{req_path}: field 'requests[].arrival_time_us' not finite/non-negative")
+    if np.any(np.diff(arrival) < 0):
+        raise DataError(f"{req_path}: field 'requests[].arrival_time_us' not sorted")
+    if np.any(inp < 0):
+        raise DataError(f"{req_path}: field 'requests[].input_tokens' negative")
+
+    prof_path = exp_dir / "profile.yaml"
+    prof = _read_json(prof_path)  # one line of JSON, as the data README says
+    sp = _get(prof, prof_path, "data.shared_prefix", dict)
+    sys_len = int(_get(sp, prof_path, "system_prompt_len", int))
+    out_len = int(_get(sp, prof_path, "output_len", int))
+    n_groups = int(sp.get("num_unique_system_prompts", 1) or 1)
+    stages = tuple(Stage(float(_get(s, prof_path, "rate")), float(_get(s, prof_path, "duration")))
+                   for s in _get(prof, prof_path, "load.stages", list))
+
+    ok_inp = inp[(~err) & (inp > 0)]
+    fill = int(np.median(ok_inp)) if ok_inp.size else sys_len + int(sp.get("question_len", 0))
+    inp = np.where(inp > 0, inp, fill)
+    inp = np.minimum(inp, server.max_model_len - out_len)
+
+    gt_path = exp_dir / "ground_truth.json"
+    gt = _get({"gt": _read_json(gt_path)}, gt_path, "gt", list)
+    if len(gt) != len(reqs):
+        raise DataError(f"{gt_path}: field 'length' {len(gt)} != {len(reqs)} requests")
+    e2e = np.full(len(gt), np.nan)
+    ttft = np.full(len(gt), np.nan)
+    pos = {int(i): j for j, i in enumerate(idx)}
+    for row in gt:
+        try:
+            j = pos[int(row["index"])]
+            if not row["has_error"]:
+                e2e[j] = float(row["e2e_s"])
+                ttft[j] = float(row.get("ttft_s", np.nan))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{gt_path}: field '[].{exc}' missing or invalid") from None
+
+    arch_dir = data / "models" / model_id.split("/")[-1]
+    arch = ModelArch.load(arch_dir / "config.json")
+    hw = Hardware.load(data / "hardware" / "h100-sxm.json")
+    summary = _summary(exp_dir / "results" / "summary_lifecycle_metrics.json")
+    n = len(reqs)
+    return Scenario(
+        name=exp_dir.name, model=str(doc.get("model_short") or arch.name),
+        workload=str(doc.get("profile") or "unknown"), split=split, arch=arch, hardware=hw,
+        server=server, stages=stages, system_prompt_len=sys_len, n_prefix_groups=n_groups,
+        arrival_us=arrival - arrival[0], input_tokens=inp,
+        output_tokens=np.full(n, out_len, dtype=np.int64),
+        prefix_group=np.arange(n, dtype=np.int64) % n_groups,
+        measured=Measured(e2e_s=e2e, ttft_s=ttft, failed=err, summary=summary),
+        meta={"model_id": model_id, "path": str(exp_dir)})
+
+
+def load_scenarios(data: str | os.PathLike[str] | None = None,
+                   names: list[str] | None = None) -> list[Scenario]:
+    """Load every experiment under ``<data>/experiments`` (sorted by name), or the named ones."""
+    root = data_dir(data)
+    dirs = sorted(p for p in (root / "experiments").iterdir() if p.is_dir())
+    if names is not None:
+        known = {p.name: p for p in dirs}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise DataError(f"{root / 'experiments'}: no experiment named {missing[0]!r}")
+        dirs = [known[n] for n in names]
+    return [load_scenario(p, root) for p in dirs]

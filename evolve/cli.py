@@ -1,0 +1,70 @@
+"""The ``evolve`` command line: one sub-command per module in ``evolve.commands``.
+
+Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``. Modules are imported only when their command runs, so ``evolve
+--help`` stays fast. Known user errors (bad data, bad config, unknown ids) are raised as
+``UserError`` or ``evaluator.api.DataError`` and printed as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, one-line help)
+    "run": ("evolve.commands.run", "run the evolutionary search"),
+    "fit": ("evolve.commands.fit", "fit a program's constants and print its per-run table"),
+    "frontier": ("evolve.commands.frontier", "show the Pareto frontier of a run"),
+    "show": ("evolve.commands.show", "show one program: source, constants, scores, lineage"),
+    "replay": ("evolve.commands.replay", "re-score an archived program; non-zero on mismatch"),
+    "runs": ("evolve.commands.runs", "list the runs in the archive"),
+    "validate": ("evolve.commands.validate", "closed-loop validation against measured runs"),
+    "baselines": ("evolve.commands.baselines", "closed-loop scores of the published models"),
+    "export-go": ("evolve.commands.export_go", "translate a program to a BLIS Go model"),
+    "llm-check": ("evolve.commands.llm_check", "send one tiny request to an LLM endpoint"),
+}
+
+
+class UserError(Exception):
+    """A problem with the user's input; printed as one line, exit code 2."""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evolve", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        parser = _build_parser()
+        if argv and argv[0] not in ("-h", "--help"):
+            parser.print_usage(sys.stderr)
+            print(f"evolve: error: unknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        parser.print_help()
+        return 0
+    name = argv[0]
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"evolve {name}", description=COMMANDS[name][1])
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    from evaluator.api import DataError
+
+    try:
+        return int(module.run(args) or 0)
+    except (UserError, DataError) as exc:
+        print(f"evolve {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"evolve {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
