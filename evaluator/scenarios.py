@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -183,10 +183,47 @@ class Scenario:
                 "nvlink_bw": h.nvlink_bw, "bytes_per_param": 2.0}
         return np.array([float(vals[k]) for k in ARCH_FIELDS], dtype=np.float64)
 
+    def head(self, seconds: float) -> Scenario:
+        """The same run cut to the requests arriving in the first ``seconds`` (for tests).
+
+        Measured aggregates are recomputed from the kept requests' ground truth.
+        """
+        keep = self.arrival_us < seconds * 1e6
+        m = self.measured
+        e2e, ttft, failed = m.e2e_s[keep], m.ttft_s[keep], m.failed[keep]
+        summary = summary_from_requests(e2e, ttft, failed)
+        stages, left = [], seconds
+        for st in self.stages:
+            if left <= 0:
+                break
+            stages.append(Stage(st.rate, min(st.duration_s, left)))
+            left -= st.duration_s
+        return replace(self, name=self.name, stages=tuple(stages),
+                       arrival_us=self.arrival_us[keep], input_tokens=self.input_tokens[keep],
+                       output_tokens=self.output_tokens[keep],
+                       prefix_group=self.prefix_group[keep],
+                       measured=Measured(e2e, ttft, failed, summary),
+                       meta={**self.meta, "head_s": seconds})
+
     def stage_of(self, t_us: np.ndarray) -> np.ndarray:
         """Load-stage index of each time (µs since the first arrival)."""
         edges = np.cumsum([s.duration_s * 1e6 for s in self.stages])[:-1]
         return np.searchsorted(edges, t_us, side="right")
+
+
+def summary_from_requests(e2e: np.ndarray, ttft: np.ndarray, failed: np.ndarray
+                          ) -> dict[str, float]:
+    """Aggregates in the shape of ``_summary`` computed from per-request ground truth."""
+    ok = ~failed & np.isfinite(e2e)
+    out = {"successes": float(ok.sum()), "failures": float(failed.sum())}
+    if ok.any():
+        for metric, vals in (("e2e", e2e[ok]), ("ttft", ttft[ok & np.isfinite(ttft)])):
+            if vals.size == 0:
+                continue
+            out[f"{metric}_mean"] = float(vals.mean())
+            for q in (50, 90, 99):
+                out[f"{metric}_p{q}"] = float(np.percentile(vals, q))
+    return out
 
 
 _SUMMARY_KEYS = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}

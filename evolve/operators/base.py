@@ -1,0 +1,45 @@
+"""The seam between the search loop and whatever proposes new programs.
+
+An operator turns parents (with their training errors) into candidate program *sources*.
+It never fits, scores or stores anything: the loop validates, fits and archives, so LLM and
+offline operators are interchangeable and every proposal, good or bad, is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A program as an operator sees it: source, fitted constants, training errors only."""
+
+    program: Any  # evolve.language.Program
+    constants: dict[str, dict[str, float]]  # group key -> {constant name: value}
+    loss: float
+    train_errors: dict[str, dict[str, float]]  # scenario name -> {"e2e_mean": ape, ...}
+    worst_batches: str = ""  # compact table of where the parent errs most (training runs)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One candidate: a program source, or the reason there is none."""
+
+    source: str | None
+    operator: str  # e.g. "offline:swap_feature", "llm:mutate"
+    parent_ids: tuple[str, ...]
+    error: str | None = None
+    llm_call: dict[str, Any] | None = field(default=None, compare=False)
+
+
+class Operator(Protocol):
+    name: str
+
+    def propose(self, parents: Sequence[Parent], inspirations: Sequence[Parent],
+                rng: np.random.Generator, n: int) -> list[Proposal]:
+        """Return ``n`` proposals (some may carry ``error`` instead of ``source``)."""
+        ...
