@@ -1,17 +1,17 @@
 """The batches one closed-loop simulation formed, as flat numpy arrays.
 
-Per step: the batch statistics of ``glossary.STATS`` (``stats[N_STATS, n_steps]``), the
-*gate* (the latest arrival among requests first scheduled in that step: a step cannot start
-before it) and the closed-loop end time. Per request: effective arrival, admission /
-first-token / last step, and whether it was aborted. Optionally the membership itself in CSR
+Per step: the batch statistics of ``glossary.STATS`` (``stats[N_STATS, n_steps]``) and
+the closed-loop end time. Per request: arrival, the queueing delay the model added, the
+wait from queue entry to the start of its admission step, admission / first-token / last
+step, and whether it was aborted. Optionally the membership itself in CSR
 form (``member_ptr``, ``member_req``, ``member_new``, ``member_kv``, ``member_prefill``) for
 golden corpora (Go parity) and failure analysis; the full 16 runs hold ~60 M memberships, so
 it is off by default.
 
 A :class:`FitSet` is the documented fitting subsample: for every run and every load stage, a
-contiguous window of ``window_steps`` steps from the middle of the stage, anchored at the
-closed-loop time its first step started, with the requests admitted and finished inside it.
-Features are precomputed because they do not depend on the program.
+contiguous window of steps from the middle of the stage (``window_steps``, at least four
+request lifetimes), with the requests admitted and finished inside it. Features and the
+measured means of the kept requests are precomputed: they do not depend on the program.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from evaluator.components import compute_features
 @dataclass
 class Corpus:
     stats: np.ndarray  # float64[N_STATS, n_steps]
-    gate_us: np.ndarray  # float64[n_steps]; -inf where no request was first scheduled
     end_us: np.ndarray  # float64[n_steps]: closed-loop end time of each step
-    arrival_us: np.ndarray  # float64[n_req]: arrival + queueing delay
+    arrival_us: np.ndarray  # float64[n_req]: measured arrival
+    queue_us: np.ndarray  # float64[n_req]: queueing delay the model added before entry
+    wait_us: np.ndarray  # float64[n_req]: queue entry -> start of admission step (>= 0)
     admit_step: np.ndarray  # int64[n_req]: first step scheduled in, -1 if never
     first_step: np.ndarray  # int64[n_req]: step that produced the first token, -1 if none
     last_step: np.ndarray  # int64[n_req]: step that produced the last token, -1 if none
@@ -49,7 +50,7 @@ class Corpus:
     def digest(self) -> str:
         """Content hash of the batches (not of the program's times)."""
         h = hashlib.sha256()
-        for arr in (self.stats, self.gate_us, self.admit_step, self.first_step,
+        for arr in (self.stats, self.admit_step, self.first_step,
                     self.last_step, self.aborted):
             h.update(np.ascontiguousarray(arr).tobytes())
         return h.hexdigest()[:16]
@@ -70,49 +71,52 @@ class FitSet:
     """Windows of a corpus used for fast teacher-forced fitting (see module docstring)."""
 
     features: np.ndarray  # float64[N_FEATURES, n_win_steps] (windows concatenated)
-    gate_us: np.ndarray  # float64[n_win_steps]
-    seg_start: np.ndarray  # int64[n_windows]: first index of each window in the arrays above
-    anchor_us: np.ndarray  # float64[n_windows]: closed-loop start time of each window
-    arrival_us: np.ndarray  # requests kept
-    first_idx: np.ndarray  # index into the window arrays of their first-token step
+    req_index: np.ndarray  # kept requests (original indices)
+    admit_idx: np.ndarray  # their admission / first-token / last step, as indices into
+    first_idx: np.ndarray  # the concatenated window arrays
     last_idx: np.ndarray
+    wait_us: np.ndarray  # corpus wait after queue entry
     output_tokens: np.ndarray
-    req_index: np.ndarray  # original request indices kept (for measured targets)
+    meas: dict[str, float]  # measured means over the kept requests
 
 
-def build_fit_set(scenario, corpus: Corpus, window_steps: int = 2000) -> FitSet:
-    """Pick one window per load stage (middle of the stage) and precompute its features."""
+def build_fit_set(scenario, corpus: Corpus, window_steps: int = 3000) -> FitSet:
+    """One window per load stage (middle of the stage); precompute features and targets."""
     n = corpus.n_steps
     step_start = np.concatenate([[0.0], corpus.end_us[:-1]])
     stage = scenario.stage_of(step_start)
-    feats, gates, seg, anchors = [], [], [], []
-    keep_req, first_idx, last_idx = [], [], []
+    m = scenario.measured
+    done = (corpus.last_step >= 0) & ~corpus.aborted & (corpus.first_step >= 0)
+    ok = done & ~m.failed & np.isfinite(m.e2e_s) & np.isfinite(m.ttft_s)
+    life = corpus.last_step[done] - corpus.admit_step[done]
+    width = max(window_steps, 4 * int(np.median(life)) if life.size else 0)
+    feats, keep, adm, fst, lst = [], [], [], [], []
     offset = 0
-    ok = (corpus.last_step >= 0) & ~corpus.aborted & (corpus.first_step >= 0)
     for st in range(len(scenario.stages)):
         idx = np.flatnonzero(stage == st)
         if idx.size == 0:
             continue
-        mid = idx[idx.size // 2]
-        lo = max(int(idx[0]), mid - window_steps // 2)
-        hi = min(int(idx[-1]) + 1, lo + window_steps, n)
-        if lo >= hi:
+        lo = max(int(idx[0]), int(idx[idx.size // 2]) - width // 2)
+        hi = min(int(idx[-1]) + 1, lo + width, n)
+        r = np.flatnonzero(ok & (corpus.admit_step >= lo) & (corpus.last_step < hi))
+        if hi <= lo or r.size == 0:
             continue
-        sel = ok & (corpus.admit_step >= lo) & (corpus.last_step < hi)
-        r = np.flatnonzero(sel)
         feats.append(compute_features(corpus.stats[:, lo:hi], scenario.arch_vector))
-        gates.append(corpus.gate_us[lo:hi])
-        seg.append(offset)
-        anchors.append(step_start[lo])
-        keep_req.append(r)
-        first_idx.append(corpus.first_step[r] - lo + offset)
-        last_idx.append(corpus.last_step[r] - lo + offset)
+        keep.append(r)
+        for dst, src in ((adm, corpus.admit_step), (fst, corpus.first_step),
+                         (lst, corpus.last_step)):
+            dst.append(src[r] - lo + offset)
         offset += hi - lo
-    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
-    req = cat(keep_req, np.int64)
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+    req = cat(keep)
+    out = scenario.output_tokens[req]
+    meas = {}
+    if req.size:
+        e2e, ttft = m.e2e_s[req], m.ttft_s[req]
+        meas = {"e2e_mean": float(e2e.mean()), "ttft_mean": float(ttft.mean()),
+                "itl_mean": float(np.mean((e2e - ttft) / np.maximum(out - 1, 1)))}
     return FitSet(
-        features=np.ascontiguousarray(np.concatenate(feats, axis=1)) if feats else
-        np.zeros((0, 0)), gate_us=cat(gates, np.float64), seg_start=np.array(seg, np.int64),
-        anchor_us=np.array(anchors, np.float64), arrival_us=corpus.arrival_us[req],
-        first_idx=cat(first_idx, np.int64), last_idx=cat(last_idx, np.int64),
-        output_tokens=corpus.output_tokens[req], req_index=req)
+        features=(np.ascontiguousarray(np.concatenate(feats, axis=1)) if feats
+                  else np.zeros((0, 0))),
+        req_index=req, admit_idx=cat(adm), first_idx=cat(fst), last_idx=cat(lst),
+        wait_us=corpus.wait_us[req], output_tokens=out, meas=meas)

@@ -319,6 +319,34 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
         meta={"model_id": model_id, "path": str(exp_dir)})
 
 
+def make_scenario(name: str, arrival_us, input_tokens, output_tokens, *, model_dir: Path,
+                  hardware: Path, tp: int = 1, max_num_seqs: int = 128,
+                  max_batched_tokens: int = 2048, kv_blocks: int = 10_000,
+                  block_size: int = 16, system_prompt_len: int = 0, n_prefix_groups: int = 1,
+                  split: str = "train", e2e_s=None, ttft_s=None) -> Scenario:
+    """A scenario from plain arrays (user traces, hand-made test cases).
+
+    Measured latencies default to NaN (nothing to compare against) unless given.
+    """
+    arrival = np.asarray(arrival_us, dtype=np.float64)
+    n = arrival.shape[0]
+    e2e = np.full(n, np.nan) if e2e_s is None else np.asarray(e2e_s, dtype=np.float64)
+    ttft = np.full(n, np.nan) if ttft_s is None else np.asarray(ttft_s, dtype=np.float64)
+    failed = ~np.isfinite(e2e) if e2e_s is not None else np.zeros(n, dtype=bool)
+    arch = ModelArch.load(model_dir / "config.json")
+    return Scenario(
+        name=name, model=arch.name, workload="custom", split=split, arch=arch,
+        hardware=Hardware.load(hardware),
+        server=Server(tp=tp, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+                      kv_blocks=kv_blocks, block_size=block_size),
+        stages=(Stage(rate=0.0, duration_s=float(arrival.max(initial=0.0)) / 1e6 + 1.0),),
+        system_prompt_len=system_prompt_len, n_prefix_groups=n_prefix_groups,
+        arrival_us=arrival, input_tokens=np.asarray(input_tokens, dtype=np.int64),
+        output_tokens=np.asarray(output_tokens, dtype=np.int64),
+        prefix_group=np.arange(n, dtype=np.int64) % max(n_prefix_groups, 1),
+        measured=Measured(e2e, ttft, failed, summary_from_requests(e2e, ttft, failed)))
+
+
 def load_scenarios(data: str | os.PathLike[str] | None = None,
                    names: list[str] | None = None) -> list[Scenario]:
     """Load every experiment under ``<data>/experiments`` (sorted by name), or the named ones."""

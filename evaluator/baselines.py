@@ -1,0 +1,195 @@
+"""The published step-time models, as ``StepModel`` objects the simulator can run.
+
+* ``trained_physics``: BLIS ``trained-physics`` (sim/latency/trained_physics_model.go) with
+  its published coefficients: its roofline bases, corrected by 11 betas, plus alpha
+  (QueueingTime, PostDecodeFixedOverhead, OutputTokenProcessingTime).
+* ``roofline``: BLIS ``roofline`` (sim/latency/roofline.go): max(compute at MFU 0.45
+  prefill / 0.30 decode, memory traffic at peak bandwidth), summed per request.
+* ``linear``: ``b0 + b1*prefill_tokens + b2*decode_tokens`` per model, fitted here to the
+  train-split runs of that model (teacher forced, Nelder-Mead in log space, re-simulated
+  twice so the corpora reflect the fitted model).
+
+Both BLIS models need per-model architecture factors; they travel in the constant vector
+(``c``) next to the coefficients, so one compiled function serves every model. Batch sums
+the glossary stores only inside a feature (e.g. the prefill attention pairs) are recovered
+by dividing the feature by its architecture factor, exact up to float rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numba as nb
+import numpy as np
+from scipy.optimize import minimize
+
+from evaluator.api import ConstMap, Evaluator, StepModel
+from evaluator.glossary import FEATURE_INDEX as FI
+from evaluator.scenarios import Scenario
+from evaluator.score import loss
+from evaluator.simulator import _STEP_SIG
+
+TP_ALPHA = (15563.2, 777.3, 45.9)
+TP_BETA = (0.152128, 0.0, 1.36252915, 0.752037, 32.09546717, 4.41684444, 126.024825,
+           481.8613888, 0.0, 1.94710771, 0.752037)
+MFU_PREFILL, MFU_DECODE = 0.45, 0.30
+
+_PT, _DT, _BS, _KV = FI["prefill_tokens"], FI["decode_tokens"], FI["batch_size"], FI["kv_sum"]
+_BPF, _PFA, _KVR = FI["blis_pf_attn"], FI["pf_attn"], FI["kv_read"]
+_NDC = FI["n_decode"]
+
+
+def _arch(sc: Scenario) -> dict[str, float]:
+    a = sc.arch
+    d, h, kvh, tp = float(a.hidden), float(a.heads), float(a.kv_heads), float(sc.server.tp)
+    dh = d / h
+    dkv = kvh * dh
+    k_eff = float(max(1, a.topk)) if a.is_moe else 1.0
+    return {"L": float(a.layers), "d": d, "h": h, "kvh": kvh, "dh": dh, "dkv": dkv,
+            "dff": float(a.intermediate), "k": k_eff, "E": float(a.n_experts), "tp": tp,
+            "peak": sc.hardware.peak_flops / 1e6, "bw": sc.hardware.hbm_bw / 1e6,
+            "bpp": 2.0, "moe": 1.0 if a.is_moe else 0.0}
+
+
+# ---- BLIS trained-physics -------------------------------------------------------------
+# c = [beta0..beta10, K1 proj+ffn us/token, K2 kv-write us/token, K3 dc-attn us/ctx token,
+#      T_weight us, K5 all-reduce us/token, L, queue_us, post_us, out_us]
+
+def trained_physics_consts(sc: Scenario, alpha=TP_ALPHA, beta=TP_BETA) -> np.ndarray:
+    g = _arch(sc)
+    L, d, dkv, tp, peak, bw, bpp = g["L"], g["d"], g["dkv"], g["tp"], g["peak"], g["bw"], 2.0
+    k1 = (L * 2 * d * (2 * d + 2 * dkv) / tp + L * 6 * d * g["dff"] * g["k"] / tp) / peak
+    k2 = L * 2 * (dkv / tp) * 2.0 / bw
+    k3 = L * 4 * (g["h"] / tp) * g["dh"] / peak
+    ffn_w = (L * (g["E"] / tp) * 3 * d * g["dff"] * bpp if g["moe"]
+             else L * 3 * d * g["dff"] * bpp / tp)
+    t_w = (L * d * (2 * d + 2 * dkv) * bpp / tp + ffn_w) / bw
+    k5 = 2 * L * d * bpp * 2.0 * (tp - 1) / tp / bw if tp > 1 else 0.0
+    return np.array([*beta, k1, k2, k3, t_w, k5, L, *alpha], dtype=np.float64)
+
+
+@nb.njit(_STEP_SIG, cache=True)
+def _tp_scalar(f, c):
+    tpf, tdc, b, ctx = f[_PT], f[_DT], f[_BS], f[_KV]
+    pf_c = c[11] * tpf + f[_BPF]
+    pf_kv = c[12] * tpf
+    dc_c = c[11] * tdc + c[13] * ctx
+    dc_kv = c[12] * (ctx + tdc)
+    return (c[0] * pf_c + c[8] * pf_kv + c[1] * dc_c + c[9] * dc_kv + c[2] * c[14]
+            + c[3] * c[15] * (tpf + tdc) + c[4] * c[16] + c[5] * b + c[6])
+
+
+def _tp_vector(F: np.ndarray, c: np.ndarray) -> np.ndarray:
+    tpf, tdc, b, ctx = F[_PT], F[_DT], F[_BS], F[_KV]
+    pf_c = c[11] * tpf + F[_BPF]
+    pf_kv = c[12] * tpf
+    dc_c = c[11] * tdc + c[13] * ctx
+    dc_kv = c[12] * (ctx + tdc)
+    return (c[0] * pf_c + c[8] * pf_kv + c[1] * dc_c + c[9] * dc_kv + c[2] * c[14]
+            + c[3] * c[15] * (tpf + tdc) + c[4] * c[16] + c[5] * b + c[6])
+
+
+TRAINED_PHYSICS = StepModel("blis-trained-physics", _tp_vector, _tp_scalar,
+                            queue_fn=lambda R, c: np.full(R.shape[1], c[17]),
+                            post_decode_index=18, output_token_index=19)
+
+
+# ---- BLIS roofline ----------------------------------------------------------------------
+# c = [Kg flops/token, Ka flops/ctx-token, 1/attn_scale (pairs per pf_attn us), kv bytes
+#      per token per GPU, activation bytes per token per GPU, attn weight bytes per GPU,
+#      mlp weight bytes per expert per GPU, E, k, moe, peak*mfu_pf, peak*mfu_dc, bw,
+#      kv_read us -> kv tokens]
+
+def roofline_consts(sc: Scenario) -> np.ndarray:
+    g = _arch(sc)
+    L, d, dkv, h, dh, tp, bpp = g["L"], g["d"], g["dkv"], g["h"], g["dh"], g["tp"], 2.0
+    kg = L * (2 * (d * d + 2 * d * dkv) + 2 * d * d + 2 * d + 2 * 2 * d * g["dff"] * g["k"]) / tp
+    ka = L * (4 * h * dh + 5 * h) / tp
+    attn_scale = 4.0 * L * (h / tp) * dh / g["peak"]  # glossary pf_attn us per pair
+    kvb = 2 * L * g["kvh"] * dh * bpp / tp
+    act = L * d * bpp / tp
+    w_attn = L * (d * (d + 2 * dkv) + d * d) * bpp / tp
+    w_mlp = L * 2 * d * g["dff"] * bpp / tp
+    kvr_scale = (2.0 * L * g["kvh"] * dh * bpp / tp) / g["bw"]  # glossary kv_read us/token
+    return np.array([kg, ka, 1.0 / attn_scale, kvb, act, w_attn, w_mlp, g["E"], g["k"],
+                     g["moe"], g["peak"] * MFU_PREFILL, g["peak"] * MFU_DECODE, g["bw"],
+                     1.0 / kvr_scale], dtype=np.float64)
+
+
+@nb.njit(_STEP_SIG, cache=True)
+def _rl_scalar(f, c):
+    tpf, tdc, ctx = f[_PT], f[_DT], f[_KV]
+    pf_ctx_pairs = f[_PFA] * c[2] - tpf  # sum t*(k + (t-1)/2) over prefill requests
+    pf_k = f[_KVR] * c[13] - ctx - f[_NDC] - tpf  # sum k over prefill requests
+    comp = (c[0] * tpf + c[1] * pf_ctx_pairs) / c[10] + (c[0] * tdc + c[1] * ctx) / c[11]
+    tokens = tpf + tdc
+    dyn = c[3] * (tokens + pf_k + ctx) + c[4] * tokens
+    n_eff = c[7] * (1.0 - ((c[7] - c[8]) / c[7]) ** tokens) if c[9] > 0.0 else 1.0
+    mem = (c[5] + c[6] * n_eff + dyn) / c[12]
+    return max(comp, mem)
+
+
+def _rl_vector(F: np.ndarray, c: np.ndarray) -> np.ndarray:
+    tpf, tdc, ctx = F[_PT], F[_DT], F[_KV]
+    pf_ctx_pairs = F[_PFA] * c[2] - tpf
+    pf_k = F[_KVR] * c[13] - ctx - F[_NDC] - tpf
+    comp = (c[0] * tpf + c[1] * pf_ctx_pairs) / c[10] + (c[0] * tdc + c[1] * ctx) / c[11]
+    tokens = tpf + tdc
+    dyn = c[3] * (tokens + pf_k + ctx) + c[4] * tokens
+    n_eff = c[7] * (1.0 - ((c[7] - c[8]) / c[7]) ** tokens) if c[9] > 0.0 else 1.0
+    mem = (c[5] + c[6] * n_eff + dyn) / c[12]
+    return np.maximum(comp, mem)
+
+
+ROOFLINE = StepModel("blis-roofline", _rl_vector, _rl_scalar)
+
+
+# ---- per-model linear -------------------------------------------------------------------
+
+@nb.njit(_STEP_SIG, cache=True)
+def _lin_scalar(f, c):
+    return c[0] + c[1] * f[_PT] + c[2] * f[_DT]
+
+
+def _lin_vector(F: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return c[0] + c[1] * F[_PT] + c[2] * F[_DT]
+
+
+LINEAR = StepModel("linear-per-model", _lin_vector, _lin_scalar)
+LINEAR_INIT = np.array([5000.0, 10.0, 50.0])
+
+
+def fit_linear(ev: Evaluator, rounds: int = 2) -> ConstMap:
+    """Fit ``LINEAR`` per model on that model's train runs; return constants per scenario."""
+    consts = {s.name: LINEAR_INIT.copy() for s in ev.scenarios}
+    models = sorted({s.model for s in ev.scenarios})
+    train = ev.names("train")
+    for _ in range(rounds):
+        ev.refresh_corpora(LINEAR, consts, names=train)
+        for m in models:
+            names = [s.name for s in ev.scenarios if s.model == m and s.name in train]
+            if not names:
+                continue
+
+            def obj(x: np.ndarray, names: Sequence[str] = names) -> float:
+                c = np.exp(x)
+                val = loss(ev.score(LINEAR, dict.fromkeys(names, c), names), names)
+                return val if np.isfinite(val) else 1e6
+
+            x0 = np.log(consts[names[0]])
+            res = minimize(obj, x0, method="Nelder-Mead",
+                           options={"maxfev": 400, "xatol": 1e-4, "fatol": 1e-6})
+            for s in ev.scenarios:
+                if s.model == m:
+                    consts[s.name] = np.exp(res.x)
+    return consts
+
+
+def baseline_models(ev: Evaluator) -> dict[str, tuple[StepModel, ConstMap]]:
+    """Each baseline with its constants per scenario (the linear one fitted here)."""
+    return {
+        "trained-physics": (TRAINED_PHYSICS,
+                            {s.name: trained_physics_consts(s) for s in ev.scenarios}),
+        "roofline": (ROOFLINE, {s.name: roofline_consts(s) for s in ev.scenarios}),
+        "linear": (LINEAR, fit_linear(ev)),
+    }

@@ -1,0 +1,219 @@
+"""Teacher-forced scoring: step times -> per-request latencies -> per-run errors. Pure numpy.
+
+A request is in every engine step from its admission to its last token (the engine is
+never idle while it runs), so its in-engine lifetime is a difference of prefix sums of
+the step times: ``S[last] - S[admit - 1]``. Its time before admission (queueing delay +
+wait for a batch slot) is held at the closed-loop corpus value: a queueing effect that
+fixed batches cannot re-price, which is why the corpora are refreshed by closed-loop
+simulation of the champion. So, per request::
+
+    TTFT = queue + wait + S[first] - S[admit - 1]
+    E2E  = queue + wait + S[last]  - S[admit - 1] + post_decode_us + output_token_us * n_out
+
+With the program that produced the corpus this reproduces the closed loop exactly (up to
+float rounding). The decode interval (``itl_mean``) is (E2E - TTFT) / (n_out - 1) per
+request, the real per-token interval, about twice inference-perf's ITL (data README
+trap 3). Departure from DESIGN.md: it prices the lifetime rather than replaying absolute
+step end times, because with fixed batches a slower candidate drifts every later step
+and the error compounds across a window, which made fitting landscapes cliff-like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+METRIC_KEYS = ("e2e_mean", "ttft_mean", "itl_mean", "e2e_p50", "e2e_p90", "e2e_p99",
+               "ttft_p50", "ttft_p90", "ttft_p99", "failures")
+
+
+@dataclass
+class RunMetrics:
+    """Predicted vs measured aggregates of one run (seconds; APE as a fraction)."""
+
+    name: str
+    split: str
+    model: str
+    workload: str
+    n_ok: int = 0
+    n_failed: int = 0
+    pred: dict[str, float] = field(default_factory=dict)
+    meas: dict[str, float] = field(default_factory=dict)
+    ape: dict[str, float] = field(default_factory=dict)
+    valid: bool = True
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("name", "split", "model", "workload", "n_ok",
+                                              "n_failed", "pred", "meas", "ape", "valid",
+                                              "reason")}
+
+
+def queue_delay(scenario, model, consts: np.ndarray) -> np.ndarray:
+    """Per-request queueing delay (µs) from the model's ``queue_fn``; zeros if none."""
+    if model.queue_fn is None:
+        return np.zeros(scenario.n_requests)
+    r = np.vstack([scenario.input_tokens, scenario.output_tokens]).astype(np.float64)
+    with np.errstate(all="ignore"):
+        d = np.broadcast_to(np.asarray(model.queue_fn(r, consts), dtype=np.float64),
+                            (scenario.n_requests,)).copy()
+    if not np.all(np.isfinite(d)) or np.any(d < 0):
+        raise ValueError("queueing_time is not finite and non-negative for every request")
+    return d
+
+
+def _extra_us(model, consts: np.ndarray, out_tokens: np.ndarray) -> np.ndarray | float:
+    extra: np.ndarray | float = 0.0
+    if model.post_decode_index is not None:
+        extra = extra + consts[model.post_decode_index]
+    if model.output_token_index is not None:
+        extra = extra + consts[model.output_token_index] * out_tokens
+    return extra
+
+
+def _measured(scenario) -> dict[str, float]:
+    m = scenario.measured
+    meas = {k: float(v) for k, v in m.summary.items() if k in METRIC_KEYS}
+    ok = ~m.failed & np.isfinite(m.e2e_s) & np.isfinite(m.ttft_s)
+    n = scenario.output_tokens[ok]
+    if ok.any():
+        meas["itl_mean"] = float(np.mean((m.e2e_s[ok] - m.ttft_s[ok]) / np.maximum(n - 1, 1)))
+    meas["failures"] = float(m.failed.sum())
+    return meas
+
+
+def _aggregate(ttft_s: np.ndarray, e2e_s: np.ndarray, out: np.ndarray) -> dict[str, float]:
+    if ttft_s.size == 0:
+        return {}
+    pred = {"e2e_mean": float(e2e_s.mean()), "ttft_mean": float(ttft_s.mean()),
+            "itl_mean": float(np.mean((e2e_s - ttft_s) / np.maximum(out - 1, 1)))}
+    for q in (50, 90, 99):
+        pred[f"e2e_p{q}"] = float(np.percentile(e2e_s, q))
+        pred[f"ttft_p{q}"] = float(np.percentile(ttft_s, q))
+    return pred
+
+
+def _finish(rm: RunMetrics) -> RunMetrics:
+    for k in METRIC_KEYS:
+        if k in rm.pred and k in rm.meas:
+            denom = max(rm.meas[k], 1.0) if k == "failures" else rm.meas[k]
+            rm.ape[k] = abs(rm.pred[k] - rm.meas[k]) / denom if denom > 0 else float("inf")
+    if rm.valid and ("e2e_mean" not in rm.ape or "ttft_mean" not in rm.ape):
+        rm.valid, rm.reason = False, rm.reason or "no request completed"
+    if rm.valid and not all(np.isfinite(v) for v in rm.ape.values()):
+        rm.valid, rm.reason = False, "non-finite error"
+    return rm
+
+
+def _new(scenario) -> RunMetrics:
+    return RunMetrics(name=scenario.name, split=scenario.split, model=scenario.model,
+                      workload=scenario.workload)
+
+
+def metrics_from_times(scenario, corpus, end_us: np.ndarray, consts: np.ndarray, model,
+                       error: str = "") -> RunMetrics:
+    """Run metrics from step end times on a corpus (closed loop or teacher forced)."""
+    rm = _new(scenario)
+    rm.meas = _measured(scenario)
+    if error:
+        rm.valid, rm.reason = False, error
+        return rm
+    ok = (corpus.last_step >= 0) & (corpus.first_step >= 0) & ~corpus.aborted
+    arr = corpus.arrival_us[ok]
+    out = corpus.output_tokens[ok]
+    ttft = (end_us[corpus.first_step[ok]] - arr) * 1e-6
+    e2e = (end_us[corpus.last_step[ok]] - arr + _extra_us(model, consts, out)) * 1e-6
+    rm.n_ok, rm.n_failed = int(ok.sum()), int(corpus.aborted.sum())
+    rm.pred = _aggregate(ttft, e2e, out)
+    rm.pred["failures"] = float(rm.n_failed)
+    return _finish(rm)
+
+
+def _step_times(model, features: np.ndarray, consts: np.ndarray) -> tuple[np.ndarray, str]:
+    with np.errstate(all="ignore"):
+        t = np.asarray(model.vector_fn(features, consts), dtype=np.float64)
+    if t.shape != (features.shape[1],):
+        t = np.broadcast_to(t, (features.shape[1],)).copy()
+    if not np.all(np.isfinite(t)):
+        return t, "step time not finite"
+    if np.any(t <= 0):
+        return t, "step time not positive"
+    return t, ""
+
+
+def _lifetimes(t: np.ndarray, admit: np.ndarray, first: np.ndarray, last: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    s = np.cumsum(t)
+    before = np.where(admit > 0, s[np.maximum(admit - 1, 0)], 0.0)
+    return s[first] - before, s[last] - before
+
+
+def score_corpus(scenario, corpus, model, consts: np.ndarray) -> RunMetrics:
+    """Teacher-forced metrics of ``model`` on a whole corpus."""
+    from evaluator.components import compute_features
+
+    rm = _new(scenario)
+    rm.meas = _measured(scenario)
+    t, err = _step_times(model, compute_features(corpus.stats, scenario.arch_vector), consts)
+    try:
+        q = queue_delay(scenario, model, consts)
+    except ValueError as exc:
+        err = err or str(exc)
+    if err:
+        rm.valid, rm.reason = False, err
+        return rm
+    ok = (corpus.last_step >= 0) & (corpus.first_step >= 0) & ~corpus.aborted
+    out = corpus.output_tokens[ok]
+    to_first, to_last = _lifetimes(t, corpus.admit_step[ok], corpus.first_step[ok],
+                                   corpus.last_step[ok])
+    pre = q[ok] + corpus.wait_us[ok]
+    ttft = (pre + to_first) * 1e-6
+    e2e = (pre + to_last + _extra_us(model, consts, out)) * 1e-6
+    rm.n_ok, rm.n_failed = int(ok.sum()), int(corpus.aborted.sum())
+    rm.pred = _aggregate(ttft, e2e, out)
+    rm.pred["failures"] = float(rm.n_failed)
+    return _finish(rm)
+
+
+def score_fit_set(scenario, fit, model, consts: np.ndarray) -> RunMetrics:
+    """Teacher-forced means on the fitting windows, against the same requests' truth."""
+    rm = _new(scenario)
+    rm.meas = fit.meas
+    if fit.req_index.size == 0:
+        rm.valid, rm.reason = False, "no request inside the fitting windows"
+        return rm
+    t, err = _step_times(model, fit.features, consts)
+    if err:
+        rm.valid, rm.reason = False, err
+        return rm
+    pre = fit.wait_us
+    if model.queue_fn is not None:
+        try:
+            pre = pre + queue_delay(scenario, model, consts)[fit.req_index]
+        except ValueError as exc:
+            rm.valid, rm.reason = False, str(exc)
+            return rm
+    out = fit.output_tokens
+    to_first, to_last = _lifetimes(t, fit.admit_idx, fit.first_idx, fit.last_idx)
+    ttft = (pre + to_first) * 1e-6
+    e2e = (pre + to_last + _extra_us(model, consts, out)) * 1e-6
+    rm.pred = {"e2e_mean": float(e2e.mean()), "ttft_mean": float(ttft.mean()),
+               "itl_mean": float(np.mean((e2e - ttft) / np.maximum(out - 1, 1)))}
+    rm.n_ok = int(fit.req_index.size)
+    return _finish(rm)
+
+
+def loss(metrics: Mapping[str, RunMetrics], names: Iterable[str] | None = None) -> float:
+    """RMS over runs of the mean-E2E and mean-TTFT APEs; ``inf`` if any run is invalid."""
+    names = list(names) if names is not None else sorted(metrics)
+    if not names:
+        return float("inf")
+    acc = 0.0
+    for n in names:
+        rm = metrics[n]
+        if not rm.valid:
+            return float("inf")
+        acc += (rm.ape["e2e_mean"] ** 2 + rm.ape["ttft_mean"] ** 2) / 2.0
+    return float(np.sqrt(acc / len(names)))

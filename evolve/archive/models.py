@@ -1,0 +1,163 @@
+"""The archive's tables (SQLAlchemy 2.x declarative, SQLite).
+
+Design choices, and why:
+
+* Keys are natural and deterministic: ``(run_id, generation, seq)`` rather than global
+  autoincrement ids, so two runs with the same seed write identical rows and a resumed run
+  writes the same rows as an uninterrupted one.
+* JSON columns go through :class:`CanonicalJSON` (sorted keys, floats as ``repr``), so the
+  stored text is a pure function of the value.
+* Programs are keyed per run (``run_id, id``): lineage (parents, operator, generation) is a
+  property of the run that found the program; the source is the same everywhere.
+* Wall-clock columns (``created_at``, ``finished_at``, ``latency_s``) and ``code_version``
+  are informational; nothing reads them to decide anything.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Float, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from evolve.config import canonical_json
+
+SCHEMA_VERSION = 1
+
+
+class CanonicalJSON(TypeDecorator[Any]):
+    """JSON stored as canonical text so identical values give identical bytes."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str | None:
+        return None if value is None else canonical_json(value)
+
+    def process_result_value(self, value: str | None, dialect: Any) -> Any:
+        return None if value is None else json.loads(value)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaVersion(Base):
+    """One row: the archive layout version; other versions are refused on open."""
+
+    __tablename__ = "schema_version"
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seed: Mapped[int] = mapped_column(Integer)
+    config: Mapped[Any] = mapped_column(CanonicalJSON)
+    code_version: Mapped[str] = mapped_column(String)  # informational, not compared
+    status: Mapped[str] = mapped_column(String)  # running | finished | stopped:<why>
+    generations_done: Mapped[int] = mapped_column(Integer, default=-1)  # last committed gen
+    splits: Mapped[Any] = mapped_column(CanonicalJSON)  # scenario name -> split
+    probe: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # fingerprint set
+    created_at: Mapped[str] = mapped_column(String)  # wall clock, informational
+    finished_at: Mapped[str | None] = mapped_column(String, nullable=True)
+
+
+class ProgramRow(Base):
+    """Every distinct source a run saw (parsed or not), with where it came from."""
+
+    __tablename__ = "programs"
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[str] = mapped_column(String, primary_key=True)  # sha256 of normalised source
+    seq: Mapped[int] = mapped_column(Integer)  # order first seen within its generation
+    source: Mapped[str] = mapped_column(Text)
+    parent_ids: Mapped[Any] = mapped_column(CanonicalJSON)
+    operator: Mapped[str] = mapped_column(String)
+    generation: Mapped[int] = mapped_column(Integer)  # first seen
+    complexity: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: unparsed
+    n_features: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    fingerprint: Mapped[str | None] = mapped_column(String, nullable=True)
+
+
+class Evaluation(Base):
+    """One judgement of a program: fitted and scored, rescored, or rejected with a reason."""
+
+    __tablename__ = "evaluations"
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    program_id: Mapped[str | None] = mapped_column(String, nullable=True, index=True)
+    # seed | refit (generation 0) | child (fitted) | screen (rejected before fitting) | rescore
+    kind: Mapped[str] = mapped_column(String)
+    operator: Mapped[str] = mapped_column(String)
+    corpus_version: Mapped[str] = mapped_column(String)
+    constants: Mapped[Any] = mapped_column(CanonicalJSON, nullable=True)  # group -> {c: v}
+    metrics: Mapped[Any] = mapped_column(CanonicalJSON, nullable=True)  # scenario -> {...}
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # train loss
+    complexity: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    n_evals: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String)  # accepted | rejected
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class LLMCall(Base):
+    __tablename__ = "llm_calls"
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String)
+    model: Mapped[str] = mapped_column(String)
+    template_version: Mapped[str] = mapped_column(String)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    cost_usd: Mapped[float] = mapped_column(Float)
+    latency_s: Mapped[float] = mapped_column(Float)  # wall clock, informational
+    status: Mapped[str] = mapped_column(String)
+    reply: Mapped[str] = mapped_column(Text)
+    error: Mapped[str] = mapped_column(Text)
+    cached: Mapped[bool] = mapped_column(Integer)
+
+
+class GridCell(Base):
+    """The full MAP-Elites grid after each generation (resume reads the last one)."""
+
+    __tablename__ = "grid_cells"
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cell: Mapped[str] = mapped_column(String, primary_key=True)  # JSON of the cell key
+    program_id: Mapped[str] = mapped_column(String)
+    loss: Mapped[float] = mapped_column(Float)
+    complexity: Mapped[int] = mapped_column(Integer)
+    n_features: Mapped[int] = mapped_column(Integer)
+    elite_generation: Mapped[int] = mapped_column(Integer)
+
+
+class FrontierRow(Base):
+    """The Pareto frontier (train loss vs complexity) after each generation."""
+
+    __tablename__ = "frontier"
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    program_id: Mapped[str] = mapped_column(String)
+    loss: Mapped[float] = mapped_column(Float)
+    complexity: Mapped[int] = mapped_column(Integer)
+    picked: Mapped[bool] = mapped_column(Integer)
+
+
+class CorpusVersion(Base):
+    """What produced each corpus version, so replay can re-simulate it exactly."""
+
+    __tablename__ = "corpus_versions"
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[str] = mapped_column(String, index=True)
+    generation: Mapped[int] = mapped_column(Integer)
+    program_id: Mapped[str] = mapped_column(String)
+    scope: Mapped[str] = mapped_column(String)
+    constants: Mapped[Any] = mapped_column(CanonicalJSON)  # group -> {c: v}
+    names: Mapped[Any] = mapped_column(CanonicalJSON)  # scenarios simulated
+    window_steps: Mapped[int] = mapped_column(Integer)
+    champion_loss: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -1,0 +1,268 @@
+"""The :class:`Archive`: open/validate an SQLite archive, write generations, answer queries.
+
+Why writes are per generation: the loop builds every row of a generation in memory and
+hands them over in one call, which commits them in one transaction together with the run's
+``generations_done``. A process killed at any moment (even SIGKILL) leaves the archive at
+the end of its last complete generation; resume continues from there and, because every
+random stream is derived from (seed, generation), writes exactly what an uninterrupted run
+would have written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, func, inspect, select
+from sqlalchemy.exc import DatabaseError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from evolve.archive.models import (
+    SCHEMA_VERSION,
+    Base,
+    CorpusVersion,
+    Evaluation,
+    FrontierRow,
+    GridCell,
+    LLMCall,
+    ProgramRow,
+    Run,
+    SchemaVersion,
+)
+from evolve.cli import UserError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class ArchiveError(UserError):
+    """The archive is missing, corrupt, of another schema version, or lacks a record."""
+
+
+def code_version() -> str:
+    """Package version plus ``git describe`` when available (informational only)."""
+    from evolve import __version__
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"],
+                             cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                             text=True, timeout=5, check=False)
+        desc = out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        desc = ""
+    return f"{__version__}+{desc}" if desc else __version__
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+class Archive:
+    """One SQLite archive file. Use as a context manager or call :meth:`close`."""
+
+    def __init__(self, path: str | Path, create: bool = True):
+        self.path = Path(path)
+        exists = self.path.exists() and self.path.stat().st_size > 0
+        if not exists and not create:
+            raise ArchiveError(f"{self.path}: archive not found")
+        if exists:
+            with open(self.path, "rb") as fh:
+                if fh.read(16) != SQLITE_MAGIC:
+                    raise ArchiveError(f"{self.path}: not an evolve archive (not SQLite; "
+                                       "corrupt or another file)")
+        self.engine = create_engine(f"sqlite:///{self.path}")
+        event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+        try:
+            tables = set(inspect(self.engine).get_table_names())
+            if "schema_version" not in tables:
+                if tables:
+                    raise ArchiveError(f"{self.path}: not an evolve archive "
+                                       "(no schema_version table)")
+                Base.metadata.create_all(self.engine)
+                with self._session.begin() as s:
+                    s.add(SchemaVersion(version=SCHEMA_VERSION))
+            else:
+                with self._session() as s:
+                    versions = list(s.scalars(select(SchemaVersion.version)))
+                if versions != [SCHEMA_VERSION]:
+                    raise ArchiveError(f"{self.path}: archive schema version "
+                                       f"{versions[0] if versions else '?'}, this evolve "
+                                       f"reads version {SCHEMA_VERSION}")
+        except DatabaseError as exc:
+            self.engine.dispose()
+            raise ArchiveError(f"{self.path}: corrupt archive "
+                               f"({str(exc.orig).splitlines()[0]})") from None
+        except ArchiveError:
+            self.engine.dispose()
+            raise
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def session(self) -> Session:
+        return self._session()
+
+    # ---- runs -------------------------------------------------------------------------
+    def create_run(self, seed: int, config: Any, splits: dict[str, str],
+                   probe: bytes | None) -> int:
+        with self._session.begin() as s:
+            next_id = (s.scalar(select(func.max(Run.id))) or 0) + 1
+            s.add(Run(id=next_id, seed=seed, config=config, code_version=code_version(),
+                      status="running", generations_done=-1, splits=splits, probe=probe,
+                      created_at=utc_now(), finished_at=None))
+        return next_id
+
+    def run(self, run_id: int) -> Run:
+        with self._session() as s:
+            row = s.get(Run, run_id)
+        if row is None:
+            raise ArchiveError(f"{self.path}: no run {run_id}")
+        return row
+
+    def runs(self) -> list[Run]:
+        with self._session() as s:
+            return list(s.scalars(select(Run).order_by(Run.id)))
+
+    def latest_run_id(self) -> int:
+        with self._session() as s:
+            rid = s.scalar(select(func.max(Run.id)))
+        if rid is None:
+            raise ArchiveError(f"{self.path}: the archive has no runs")
+        return int(rid)
+
+    def update_run(self, run_id: int, **values: Any) -> None:
+        with self._session.begin() as s:
+            row = s.get(Run, run_id)
+            if row is None:
+                raise ArchiveError(f"{self.path}: no run {run_id}")
+            for k, v in values.items():
+                setattr(row, k, v)
+
+    def commit_generation(self, run_id: int, generation: int, rows: Iterable[Base],
+                          **run_values: Any) -> None:
+        """Write all rows of one generation and mark it done, in one transaction."""
+        with self._session.begin() as s:
+            s.add_all(list(rows))
+            run = s.get(Run, run_id)
+            assert run is not None
+            run.generations_done = generation
+            for k, v in run_values.items():
+                setattr(run, k, v)
+
+    # ---- queries ------------------------------------------------------------------------
+    def programs(self, run_id: int) -> list[ProgramRow]:
+        with self._session() as s:
+            return list(s.scalars(select(ProgramRow).where(ProgramRow.run_id == run_id)
+                                  .order_by(ProgramRow.generation, ProgramRow.seq)))
+
+    def program(self, program_id: str, run_id: int | None = None) -> list[ProgramRow]:
+        """Rows of a program (one per run that saw it), oldest run first."""
+        q = select(ProgramRow).where(ProgramRow.id == program_id)
+        if run_id is not None:
+            q = q.where(ProgramRow.run_id == run_id)
+        with self._session() as s:
+            return list(s.scalars(q.order_by(ProgramRow.run_id)))
+
+    def resolve_id(self, prefix: str) -> str:
+        """The full program id starting with ``prefix``; unknown or ambiguous is an error."""
+        prefix = prefix.strip().lower()
+        if not prefix:
+            raise ArchiveError("empty program id")
+        with self._session() as s:
+            ids = sorted(set(s.scalars(select(ProgramRow.id).where(
+                ProgramRow.id.like(prefix.replace("%", "").replace("_", "") + "%")))))
+        if not ids:
+            raise ArchiveError(f"{self.path}: no program with id {prefix!r}")
+        if len(ids) > 1:
+            raise ArchiveError(f"{self.path}: program id {prefix!r} is ambiguous "
+                               f"({len(ids)} matches: {', '.join(i[:12] for i in ids[:4])}...)")
+        return ids[0]
+
+    def evaluations(self, run_id: int, program_id: str | None = None,
+                    status: str | None = None) -> list[Evaluation]:
+        q = select(Evaluation).where(Evaluation.run_id == run_id)
+        if program_id is not None:
+            q = q.where(Evaluation.program_id == program_id)
+        if status is not None:
+            q = q.where(Evaluation.status == status)
+        with self._session() as s:
+            return list(s.scalars(q.order_by(Evaluation.generation, Evaluation.seq)))
+
+    def evaluations_of(self, program_id: str) -> list[Evaluation]:
+        with self._session() as s:
+            return list(s.scalars(select(Evaluation).where(Evaluation.program_id == program_id)
+                                  .order_by(Evaluation.run_id, Evaluation.generation,
+                                            Evaluation.seq)))
+
+    def latest_accepted(self, run_id: int) -> dict[str, Evaluation]:
+        """Program id -> its most recent accepted evaluation (fit, refit or rescore)."""
+        out: dict[str, Evaluation] = {}
+        for ev in self.evaluations(run_id, status="accepted"):
+            if ev.program_id is not None:
+                out[ev.program_id] = ev
+        return out
+
+    def count_evaluations(self, run_id: int, kinds: Sequence[str] = ("child",)) -> int:
+        q = select(func.count()).select_from(Evaluation).where(
+            Evaluation.run_id == run_id, Evaluation.kind.in_(list(kinds)))
+        with self._session() as s:
+            return int(s.scalar(q) or 0)
+
+    def grid(self, run_id: int, generation: int) -> list[GridCell]:
+        with self._session() as s:
+            return list(s.scalars(select(GridCell).where(
+                GridCell.run_id == run_id, GridCell.generation == generation)
+                .order_by(GridCell.cell)))
+
+    def frontier(self, run_id: int, generation: int | None = None) -> list[FrontierRow]:
+        """The frontier after ``generation`` (default: the last one written)."""
+        with self._session() as s:
+            if generation is None:
+                generation = s.scalar(select(func.max(FrontierRow.generation))
+                                      .where(FrontierRow.run_id == run_id))
+                if generation is None:
+                    return []
+            return list(s.scalars(select(FrontierRow).where(
+                FrontierRow.run_id == run_id, FrontierRow.generation == generation)
+                .order_by(FrontierRow.position)))
+
+    def corpus_versions(self, run_id: int) -> list[CorpusVersion]:
+        with self._session() as s:
+            return list(s.scalars(select(CorpusVersion).where(CorpusVersion.run_id == run_id)
+                                  .order_by(CorpusVersion.seq)))
+
+    def llm_usage(self, run_id: int) -> tuple[int, float]:
+        """(tokens, cost in USD) of the run's LLM calls."""
+        with self._session() as s:
+            tok, cost = s.execute(select(
+                func.coalesce(func.sum(LLMCall.prompt_tokens + LLMCall.completion_tokens), 0),
+                func.coalesce(func.sum(LLMCall.cost_usd), 0.0)).where(
+                LLMCall.run_id == run_id)).one()
+        return int(tok), float(cost)
+
+    def table_rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of a table as dicts in primary-key order (tests, comparisons)."""
+        tbl = Base.metadata.tables[table]
+        order = list(tbl.primary_key.columns)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(tbl.select().order_by(*order))]
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """Durable commits and a busy timeout (a viewer may read while a run writes)."""
+    try:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 10000")
+        cur.execute("PRAGMA synchronous = FULL")
+        cur.close()
+    except Exception as exc:  # pragma: no cover - surfaced as a corrupt archive later
+        raise SQLAlchemyError(str(exc)) from exc

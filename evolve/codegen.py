@@ -1,0 +1,183 @@
+"""Compile a checked program into numpy (teacher forcing) and numba (closed loop) functions.
+
+Why build new trees instead of exec'ing the program: the checked AST is the only thing we
+trust. Each generator below maps the (whitelisted) node kinds one to one onto fresh nodes:
+``f.x`` becomes ``F[FEATURE_INDEX[x]]``, ``c.k`` becomes ``C[i]``, locals get a ``v_``
+prefix, calls map to numpy (vector) or ``math``/helpers (scalar). The result is compiled
+with ``compile()`` and exec'd in a namespace whose ``__builtins__`` is empty, holding only
+numpy or math and the helpers. So the generated code cannot name anything else.
+
+Numerics: the vector function runs under ``np.errstate(all="ignore")`` and its literals are
+``np.float64`` (so ``1.0 / 0.0`` is ``inf``, never ``ZeroDivisionError``); the scalar
+function is compiled with numba's ``error_model="numpy"`` for the same reason. Bad values
+are caught afterwards by ``language.check_outputs``. ``maximum``/``minimum`` propagate NaN in
+both forms, like numpy and Go's ``math.Max``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numba
+import numpy as np
+
+from evaluator.glossary import FEATURE_INDEX
+from evolve.lang_check import QUEUE_FIELDS, ProgramError
+
+if TYPE_CHECKING:
+    from evolve.language import Program
+
+QUEUE_INDEX = {name: i for i, name in enumerate(QUEUE_FIELDS)}
+SCALAR_SIGNATURE = numba.float64(numba.float64[::1], numba.float64[::1])
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _maximum(a: float, b: float) -> float:
+    if a != a or b != b:  # NaN propagates, as in np.maximum
+        return a + b
+    return a if a >= b else b
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _minimum(a: float, b: float) -> float:
+    if a != a or b != b:
+        return a + b
+    return a if a <= b else b
+
+
+def _call(name: str, args: list[ast.expr], module: str | None = None) -> ast.Call:
+    func: ast.expr = ast.Name(name, ast.Load())
+    if module is not None:
+        func = ast.Attribute(ast.Name(module, ast.Load()), name, ast.Load())
+    return ast.Call(func=func, args=args, keywords=[])
+
+
+class _Translate(ast.NodeTransformer):
+    """Shared mapping of attributes, locals and literals; calls differ per target."""
+
+    def __init__(self, receiver: str, fields: dict[str, int], consts: dict[str, int]):
+        self.receiver, self.fields, self.consts = receiver, fields, consts
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
+        assert isinstance(node.value, ast.Name)
+        if node.value.id == "c":
+            arr, idx = "C", self.consts[node.attr]
+        else:
+            assert node.value.id == self.receiver
+            arr, idx = "F", self.fields[node.attr]
+        return ast.Subscript(ast.Name(arr, ast.Load()), ast.Constant(idx), ast.Load())
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name("v_" + node.id, node.ctx)
+
+
+class _ToNumpy(_Translate):
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.literals: dict[str, np.float64] = {}
+
+    def visit_Constant(self, node: ast.Constant) -> ast.Name:
+        name = f"k{len(self.literals)}"
+        self.literals[name] = np.float64(node.value)
+        return ast.Name(name, ast.Load())
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        assert isinstance(node.func, ast.Name)
+        return _call(node.func.id, [self.visit(a) for a in node.args], "np")
+
+
+class _ToScalar(_Translate):
+    def visit_Constant(self, node: ast.Constant) -> ast.Constant:
+        return ast.Constant(float(node.value))
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        assert isinstance(node.func, ast.Name)
+        name, args = node.func.id, [self.visit(a) for a in node.args]
+        if name == "where":
+            return ast.IfExp(test=args[0], body=args[1], orelse=args[2])
+        if name in ("maximum", "minimum"):
+            return _call("_" + name, args)
+        if name == "clip":
+            return _call("_minimum", [_call("_maximum", args[:2]), args[2]])
+        if name == "abs":
+            return _call("abs", args)
+        return _call(name, args, "math")
+
+
+def _generate(fn: ast.FunctionDef, tr: _Translate, name: str) -> ast.Module:
+    body = [tr.visit(copy.deepcopy(s)) for s in fn.body]
+    args = ast.arguments(posonlyargs=[], args=[ast.arg("F"), ast.arg("C")], vararg=None,
+                         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    gen = ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None,
+                          type_comment=None)
+    if "type_params" in ast.FunctionDef._fields:  # Python >= 3.12
+        gen.type_params = []
+    return ast.fix_missing_locations(ast.Module(body=[gen], type_ignores=[]))
+
+
+def _load(module: ast.Module, name: str, namespace: dict[str, Any], label: str) -> Callable:
+    ns = {"__builtins__": {}, **namespace}
+    exec(compile(module, f"<program {label}>", "exec"), ns)  # generated code only
+    return ns[name]
+
+
+def _vectorise(raw: Callable, label: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Wrap a generated numpy function: errors silenced, output a fresh float64 array.
+
+    ``C`` is normally ``float64[n_const]`` -> ``float64[n]``. A population of constant
+    vectors ``C[n_const, P, 1]`` gives ``float64[P, n]`` in one call (used by fitting).
+    """
+
+    def vector_fn(F: np.ndarray, C: np.ndarray) -> np.ndarray:
+        C = np.asarray(C, dtype=np.float64)
+        shape = (F.shape[-1],) if C.ndim <= 1 else (*C.shape[1:-1], F.shape[-1])
+        out = np.empty(shape, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            out[...] = raw(F, C)
+        return out
+
+    vector_fn.__name__ = vector_fn.__qualname__ = f"vector_fn_{label}"
+    return vector_fn
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """The three executable forms of a program and the generated sources (for debugging)."""
+
+    vector_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    scalar_fn: Any  # numba CPUDispatcher, float64(float64[::1], float64[::1])
+    queue_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
+    vector_source: str
+    scalar_source: str
+
+
+def compile_program(program: Program) -> CompiledProgram:
+    """Generate, compile and (for numba) eagerly JIT the program's functions."""
+    label = program.id[:12]
+    consts = {name: i for i, name in enumerate(program.const_names)}
+    vec_tr = _ToNumpy("f", FEATURE_INDEX, consts)
+    vec_mod = _generate(program.step_tree, vec_tr, "_vec")
+    vector_fn = _vectorise(_load(vec_mod, "_vec", {"np": np, **vec_tr.literals}, label), label)
+
+    sca_mod = _generate(program.step_tree, _ToScalar("f", FEATURE_INDEX, consts), "_scalar")
+    raw = _load(sca_mod, "_scalar", {"math": math, "abs": abs, "_maximum": _maximum,
+                                     "_minimum": _minimum}, label)
+    try:
+        scalar_fn = numba.njit(SCALAR_SIGNATURE, error_model="numpy")(raw)
+    except Exception as exc:  # a checked program should always compile; report if not
+        raise ProgramError(f"numba could not compile the program: {exc}"[:500],
+                           "compile") from None
+
+    queue_fn = None
+    if program.queue_tree is not None:
+        q_tr = _ToNumpy("r", QUEUE_INDEX, consts)
+        q_mod = _generate(program.queue_tree, q_tr, "_queue")
+        queue_fn = _vectorise(_load(q_mod, "_queue", {"np": np, **q_tr.literals}, label),
+                              label + "_queue")
+    return CompiledProgram(vector_fn, scalar_fn, queue_fn, ast.unparse(vec_mod),
+                           ast.unparse(sca_mod))

@@ -1,0 +1,59 @@
+"""``evolve frontier``: the loss-vs-complexity frontier of a run, with the pick marked."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "show the Pareto frontier of a run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", type=int, metavar="ID", help="run id (default: the latest)")
+    parser.add_argument("--archive", default="archive.db", metavar="F", help="archive file")
+    parser.add_argument("--generation", type=int, metavar="G",
+                        help="frontier after generation G (default: the last)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from evolve.archive import Archive, ArchiveError
+    from evolve.reporting import num, pct, print_json, short, split_errors, table
+    from evolve.search.pareto import Frontier
+
+    with Archive(args.archive, create=False) as archive:
+        rid = args.run if args.run is not None else archive.latest_run_id()
+        run_row = archive.run(rid)
+        rows = archive.frontier(rid, args.generation)
+        if not rows:
+            raise ArchiveError(f"{args.archive}: run {rid} has no frontier"
+                               + (f" at generation {args.generation}"
+                                  if args.generation is not None else " yet"))
+        latest = archive.latest_accepted(rid)
+    tol = float(run_row.config.get("search", {}).get("pick_tolerance", 1.5))
+    rule = Frontier.from_elites([], tol).rule
+    members = []
+    for r in rows:
+        ev = latest.get(r.program_id)
+        errs = split_errors(ev.metrics if ev else None)
+        members.append({"id": r.program_id, "complexity": r.complexity, "train_loss": r.loss,
+                        "picked": bool(r.picked), "errors": errs,
+                        "constants": ev.constants if ev else None})
+    if args.json:
+        print_json({"run": rid, "generation": rows[0].generation, "pick_rule": rule,
+                    "members": members})
+        return 0
+    headers = ["", "id", "cx", "train loss", "train E2E", "train TTFT", "val E2E",
+               "val TTFT", "test E2E", "test TTFT"]
+    body = []
+    for m in members:
+        e = m["errors"]
+        body.append(["*" if m["picked"] else "", short(m["id"]), m["complexity"],
+                     num(m["train_loss"]), pct(e["train"]["e2e_mean"]),
+                     pct(e["train"]["ttft_mean"]), pct(e["validate"]["e2e_mean"]),
+                     pct(e["validate"]["ttft_mean"]), pct(e["test"]["e2e_mean"]),
+                     pct(e["test"]["ttft_mean"])])
+    print(f"run {rid}, generation {rows[0].generation}: {len(rows)} frontier programs "
+          "(mean APE per split, teacher-forced on the fitting windows)")
+    print(table(headers, body, right=range(2, 10)))
+    print(f"* {rule}")
+    return 0

@@ -1,0 +1,92 @@
+"""``evolve llm-check``: one tiny request to an LLM endpoint, before spending a run on it.
+
+Why: a long run that falls back to the offline operator after its first batch because the
+URL, key or model name is wrong wastes the user's time. This sends one short chat request
+through the same client and retry policy the operator uses (with fewer retries) and prints
+latency, the reply and token usage; an unreachable or refusing endpoint is one line and a
+non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from evolve.cli import UserError
+from evolve.operators.llm_config import LLMConfig
+
+HELP = "send one tiny request to an LLM endpoint"
+
+_PROMPT = "Reply with the single word: pong"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = LLMConfig()
+    parser.add_argument("--config", metavar="TOML",
+                        help="run configuration whose [llm] section gives the defaults")
+    parser.add_argument("--llm", metavar="MODEL", help="model name at the endpoint")
+    parser.add_argument("--llm-base-url", metavar="URL",
+                        help=f"OpenAI-compatible base URL (default {defaults.base_url})")
+    parser.add_argument("--api-key-env", metavar="NAME",
+                        help=f"environment variable holding the key (default "
+                             f"{defaults.api_key_env}; unset sends 'EMPTY')")
+    parser.add_argument("--timeout", type=float, metavar="S",
+                        help="request timeout in seconds (default: the config's, capped at 30)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _config(args: argparse.Namespace) -> LLMConfig:
+    base = LLMConfig()
+    if args.config:
+        from evolve.config import load_config
+
+        base = load_config(args.config).llm
+    fields = base.to_dict()
+    fields.update(cassette=None, cassette_mode="off", retries=min(base.retries, 1),
+                  timeout_s=min(base.timeout_s, 30.0), backoff_base_s=0.5, backoff_cap_s=2.0)
+    if args.llm:
+        fields["model"] = args.llm
+    if args.llm_base_url:
+        fields["base_url"] = args.llm_base_url
+    if args.api_key_env:
+        fields["api_key_env"] = args.api_key_env
+    if args.timeout is not None:
+        fields["timeout_s"] = args.timeout
+    try:
+        cfg = LLMConfig.from_dict(fields)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if not cfg.model:
+        raise UserError("no model: pass --llm MODEL (or set llm.model in --config)")
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from evolve.operators.cassette import canonical_request
+    from evolve.operators.llm_endpoint import OK, Endpoint
+
+    cfg = _config(args)
+    messages = [{"role": "user", "content": _PROMPT}]
+    request = canonical_request(cfg.model, messages, 0.0, 0, 16, "llm-check")
+    endpoint = Endpoint(cfg)
+    try:
+        ex = endpoint.complete(request)
+    finally:
+        endpoint.close()
+    if ex.status != OK:
+        raise UserError(f"{cfg.model} at {cfg.base_url}: {ex.error}")
+    cost = cfg.cost_usd(ex.prompt_tokens, ex.completion_tokens)
+    result = {"model": cfg.model, "base_url": cfg.base_url, "latency_s": ex.latency_s,
+              "attempts": ex.attempts, "reply": ex.reply, "finish_reason": ex.finish_reason,
+              "prompt_tokens": ex.prompt_tokens, "completion_tokens": ex.completion_tokens,
+              "usage_estimated": ex.usage_estimated, "cost_usd": cost}
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+        return 0
+    usage = "estimated" if ex.usage_estimated else "reported"
+    print(f"endpoint  {cfg.base_url}\nmodel     {cfg.model}\n"
+          f"latency   {ex.latency_s:.3f} s ({ex.attempts} attempt(s))\n"
+          f"reply     {(ex.reply or '').strip()!r} (finish: {ex.finish_reason})\n"
+          f"tokens    {ex.prompt_tokens} prompt + {ex.completion_tokens} completion ({usage})\n"
+          f"cost      ${cost:.6f}")
+    return 0

@@ -1,0 +1,125 @@
+"""``evolve run``: start or resume an evolutionary search and archive every generation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from evolve.cli import UserError
+
+if TYPE_CHECKING:
+    from evolve.config import Config
+
+HELP = "run the evolutionary search"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="F", help="TOML configuration file")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective configuration as documented TOML and exit")
+    parser.add_argument("--generations", type=int, metavar="N",
+                        help="generations after the seeds (on resume: the new target)")
+    parser.add_argument("--seed", type=int, metavar="S", help="run seed")
+    parser.add_argument("--data", metavar="DIR", help="data directory")
+    parser.add_argument("--archive", metavar="F", help="archive file (default archive.db)")
+    parser.add_argument("--resume", type=int, metavar="RUN_ID",
+                        help="continue a run from its last complete generation")
+    parser.add_argument("--head-seconds", type=float, metavar="S",
+                        help="cut every measured run to its first S seconds (quick demos)")
+    parser.add_argument("--workers", type=int, metavar="N", help="fitting processes")
+    parser.add_argument("--wall-time", type=float, metavar="S",
+                        help="stop cleanly after the first complete generation past S seconds")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    llm = parser.add_argument_group("LLM operator")
+    llm.add_argument("--llm", metavar="MODEL", help="use the LLM operator with this model")
+    llm.add_argument("--llm-base-url", metavar="URL", help="OpenAI-compatible base URL")
+    llm.add_argument("--cassette", metavar="F", help="cassette file of LLM exchanges")
+    mode = llm.add_mutually_exclusive_group()
+    mode.add_argument("--record", action="store_true", help="record exchanges to --cassette")
+    mode.add_argument("--replay", action="store_true",
+                      help="serve exchanges strictly from --cassette (missing = error)")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
+    """Command-line values as a config fragment (only the flags that were given)."""
+    out: dict[str, dict[str, object]] = {"run": {}, "operator": {}, "llm": {}}
+    for flag, key in (("generations", "generations"), ("seed", "seed"), ("data", "data"),
+                      ("archive", "archive"), ("head_seconds", "head_seconds"),
+                      ("workers", "workers"), ("wall_time", "wall_time_s")):
+        if getattr(args, flag) is not None:
+            out["run"][key] = getattr(args, flag)
+    if args.no_progress:
+        out["run"]["progress"] = False
+    if args.llm:
+        out["operator"]["kind"] = "llm"
+        out["llm"]["model"] = args.llm
+    if args.llm_base_url:
+        out["llm"]["base_url"] = args.llm_base_url
+    if args.cassette:
+        out["llm"]["cassette"] = args.cassette
+    if args.record or args.replay:
+        if not args.cassette:
+            raise UserError("--record/--replay need --cassette F")
+        out["llm"]["cassette_mode"] = "record" if args.record else "replay"
+    return {k: v for k, v in out.items() if v}
+
+
+# Keys that may change when resuming: they decide how long and how fast, not what is found.
+RESUMABLE = {"run": {"generations", "data", "archive", "workers", "wall_time_s", "progress"},
+             "llm": {"base_url", "cassette", "cassette_mode"}}
+
+
+def run(args: argparse.Namespace) -> int:
+    from evolve.config import Config, apply_dict, load_config, to_toml, validate
+
+    over = _overrides(args)
+    if args.resume is None:
+        cfg = load_config(args.config)
+        apply_dict(cfg, over, "command line")
+        validate(cfg, "command line")
+        if args.print_config:
+            sys.stdout.write(to_toml(cfg))
+            return 0
+        return _execute(cfg, None)
+
+    from evolve.archive import Archive
+
+    if args.config:
+        raise UserError("--config cannot be combined with --resume (the run's stored "
+                        "configuration is used)")
+    for section, values in over.items():
+        bad = sorted(set(values) - RESUMABLE.get(section, set()))
+        if bad:
+            raise UserError(f"--resume: cannot change {section}.{bad[0]} of a stored run")
+    path = over.get("run", {}).get("archive") or "archive.db"
+    with Archive(str(path), create=False) as archive:
+        stored = archive.run(args.resume).config
+    cfg = Config.from_dict(stored, f"{path} run {args.resume}")
+    cfg.run.archive = str(path)
+    apply_dict(cfg, over, "command line")
+    validate(cfg, "command line")
+    if args.print_config:
+        sys.stdout.write(to_toml(cfg))
+        return 0
+    return _execute(cfg, args.resume)
+
+
+def _execute(cfg: Config, resume: int | None) -> int:
+    from evolve.archive import Archive
+    from evolve.reporting import num, short
+    from evolve.search.loop import Search
+
+    with Archive(cfg.run.archive, create=resume is None) as archive:
+        if resume is not None:
+            run = archive.run(resume)
+            if run.config != cfg.stored_dict():
+                archive.update_run(resume, config=cfg.stored_dict())
+        search = Search(cfg, archive, run_id=resume)
+        print(f"run {search.run_id}" + (" (resumed)" if resume is not None else "")
+              + f" -> {cfg.run.archive}", flush=True)
+        s = search.run()
+    print(f"run {s.run_id}: {s.status} after generation {s.generations_done}; "
+          f"{s.evaluations} children fitted in {s.elapsed_s:.0f} s; best {short(s.best_id)} "
+          f"loss {num(s.best_loss)}; pick {short(s.pick_id)}", flush=True)
+    return 0

@@ -1,0 +1,338 @@
+"""Run configuration: one dataclass tree, loaded from TOML, every knob documented.
+
+Why one tree: the whole configuration is stored with each run in the archive (as canonical
+JSON), so a run can be resumed or replayed from the archive alone. Every field carries a
+default and a one-line ``doc`` in its metadata; ``evolve run --print-config`` renders the
+tree as commented TOML, so the documentation cannot drift from the code. Unknown keys and
+wrong types fail with one line naming the file and the dotted key, because a silently
+ignored typo ("childrens = 32") would waste a long run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evolve.cli import UserError
+from evolve.search.grid import DEFAULT_COMPLEXITY_EDGES
+
+try:  # the LLM colleague owns this section's fields
+    from evolve.operators.llm_config import LLMConfig
+except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm_config.py lands
+
+    @dataclass
+    class LLMConfig:  # type: ignore[no-redef]
+        """Placeholder LLM section (the real one lives in evolve/operators/llm_config.py)."""
+
+        model: str = field(default="", metadata={"doc": "model name at the endpoint"})
+        base_url: str = field(default="", metadata={"doc": "OpenAI-compatible base URL"})
+
+
+class ConfigError(UserError):
+    """A configuration file or value is invalid; the message is one line."""
+
+
+def _doc(default: Any, doc: str, **extra: Any) -> Any:
+    """A dataclass field with a default and its one-line documentation."""
+    return field(default=default, metadata={"doc": doc, **extra})
+
+
+@dataclass
+class RunSection:
+    """What to run on, how long, and where to store it."""
+
+    seed: int = _doc(0, "run seed: every random stream of the run derives from it")
+    generations: int = _doc(100, "generations after the seed generation (0)")
+    data: str = _doc("", "data directory; empty = $EVOLVE_DATA or ../shared/data")
+    scenarios: list[str] = field(default_factory=list, metadata={
+        "doc": "experiment names to load; empty = all"})
+    head_seconds: float = _doc(
+        0.0, "cut every run to the requests of its first N seconds (tests, demos); 0 = full")
+    archive: str = _doc("archive.db", "SQLite archive path (not stored with the run)")
+    seeds_dir: str = _doc("", "directory of seed programs *.py; empty = the project's seeds/")
+    wall_time_s: float = _doc(
+        0.0, "stop after the first complete generation past this many seconds; 0 = no limit")
+    max_evaluations: int = _doc(0, "stop once this many children were fitted; 0 = no limit")
+    workers: int = _doc(2, "processes fitting children in parallel (1 = in process)")
+    progress: bool = _doc(True, "show a progress bar on stderr")
+
+
+@dataclass
+class SearchSection:
+    """The generation loop: selection, grid, duplicate rejection, corpus refresh."""
+
+    children: int = _doc(8, "children proposed per generation (K)")
+    parents_per_child: int = _doc(2, "parents drawn by NSGA-II tournament for each child")
+    inspirations: int = _doc(2, "frontier programs shown to the operator as inspirations")
+    complexity_edges: list[int] = field(
+        default_factory=lambda: list(DEFAULT_COMPLEXITY_EDGES),
+        metadata={"doc": "MAP-Elites complexity bin edges (bin j = [e_j, e_j+1))"})
+    pick_tolerance: float = _doc(
+        1.5, "frontier pick considers members with loss <= this x the lowest frontier loss")
+    complexity_cap: int = _doc(30, "children above this complexity are rejected")
+    dedup_fingerprint: bool = _doc(
+        True, "reject children whose predictions at initial constants equal an earlier one's")
+    fingerprint_digits: int = _doc(9, "significant digits of the prediction fingerprint")
+    refresh_margin: float = _doc(
+        0.1, "re-simulate corpora when the champion's train loss improved by this fraction")
+    refresh_min_gap: int = _doc(5, "at least this many generations between corpus refreshes")
+    max_refreshes: int = _doc(8, "corpus refreshes after generation 0; 0 = never refresh")
+    bootstrap_seed: str = _doc(
+        "", "seed file stem whose initial constants simulate the first corpus; empty = first")
+
+
+@dataclass
+class FitSection:
+    """Constant fitting (CMA-ES) of every accepted child on the training runs."""
+
+    scope: str = _doc("global", "constant scope: global | per_model | per_scenario",
+                      choices=("global", "per_model", "per_scenario"))
+    max_evals: int = _doc(300, "loss evaluations per fit (all restarts together)")
+    restarts: int = _doc(1, "CMA-ES restarts when a fit fails")
+    window_steps: int = _doc(2000, "steps per load stage in the fitting windows")
+
+
+@dataclass
+class SplitSection:
+    """Which runs train, validate and test."""
+
+    mode: str = _doc(
+        "data", "data (the experiments' split field) | lomo:<model> | lowo:<workload>")
+
+
+@dataclass
+class OperatorSection:
+    """Who proposes children (the LLM endpoint, cassette and budgets are in [llm])."""
+
+    kind: str = _doc("offline", "offline (AST mutations) | llm", choices=("offline", "llm"))
+
+
+@dataclass
+class Config:
+    """The whole configuration of one run."""
+
+    run: RunSection = field(default_factory=RunSection)
+    search: SearchSection = field(default_factory=SearchSection)
+    fit: FitSection = field(default_factory=FitSection)
+    split: SplitSection = field(default_factory=SplitSection)
+    operator: OperatorSection = field(default_factory=OperatorSection)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+
+    # ---- (de)serialisation -------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def stored_dict(self) -> dict[str, Any]:
+        """What is stored with a run: everything but the archive path (the file itself)."""
+        d = self.to_dict()
+        d["run"]["archive"] = ""
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<config>") -> Config:
+        cfg = cls()
+        apply_dict(cfg, data, source)
+        return validate(cfg, source)
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, compact, floats as repr (round-trip exact)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=True,
+                      default=_json_default)
+
+
+def _json_default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+# ---- validation ---------------------------------------------------------------------------
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return True
+    if origin is typing.Literal:
+        return value in typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is tuple and len(typing.get_args(tp)) >= 2 and ... not in typing.get_args(tp):
+        args = typing.get_args(tp)
+        return isinstance(value, (list, tuple)) and len(value) == len(args) and all(
+            _type_ok(v, a) for v, a in zip(value, args, strict=True))
+    if origin in (list, tuple) or tp in (list, tuple):
+        args = typing.get_args(tp)
+        return isinstance(value, (list, tuple)) and (
+            not args or all(_type_ok(v, args[0]) for v in value))
+    if origin is dict or tp is dict:
+        args = typing.get_args(tp)
+        return isinstance(value, dict) and (
+            not args or all(_type_ok(k, args[0]) and _type_ok(v, args[1])
+                            for k, v in value.items()))
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def apply_dict(obj: Any, data: dict[str, Any], source: str, prefix: str = "") -> None:
+    """Set ``obj``'s fields from ``data`` recursively, rejecting unknown keys and bad types."""
+    hints = typing.get_type_hints(type(obj))
+    fields_ = {f.name: f for f in dataclasses.fields(obj)}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in fields_:
+            raise ConfigError(f"{source}: unknown key '{dotted}'")
+        tp = hints[key]
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: key '{dotted}' must be a table")
+            apply_dict(current, value, source, dotted + ".")
+            continue
+        if not _type_ok(value, tp):
+            raise ConfigError(f"{source}: key '{dotted}' expects {_type_name(tp)}, "
+                              f"got {type(value).__name__} {value!r}")
+        if tp is float and isinstance(value, int):
+            value = float(value)
+        if isinstance(current, tuple) and isinstance(value, list):
+            value = tuple(value)
+        choices = fields_[key].metadata.get("choices")
+        if choices and value not in choices:
+            raise ConfigError(f"{source}: key '{dotted}' must be one of "
+                              f"{', '.join(choices)}; got {value!r}")
+        setattr(obj, key, value)
+
+
+def validate(cfg: Config, source: str = "<config>") -> Config:
+    """Cross-field checks that types alone do not catch."""
+    positive = {"run.generations": cfg.run.generations >= 0,
+                "run.workers": cfg.run.workers >= 1,
+                "search.children": cfg.search.children >= 1,
+                "search.parents_per_child": cfg.search.parents_per_child >= 1,
+                "search.complexity_edges": len(cfg.search.complexity_edges) >= 2 and all(
+                    b > a for a, b in zip(cfg.search.complexity_edges,
+                                          cfg.search.complexity_edges[1:], strict=False)),
+                "search.pick_tolerance": cfg.search.pick_tolerance >= 1.0,
+                "search.complexity_cap": cfg.search.complexity_cap >= 1,
+                "search.fingerprint_digits": 1 <= cfg.search.fingerprint_digits <= 17,
+                "fit.max_evals": cfg.fit.max_evals >= 1,
+                "fit.window_steps": cfg.fit.window_steps >= 1,
+                "run.head_seconds": cfg.run.head_seconds >= 0}
+    for key, ok in positive.items():
+        if not ok:
+            raise ConfigError(f"{source}: key '{key}' out of range")
+    if not re.fullmatch(r"data|lomo:.+|lowo:.+", cfg.split.mode):
+        raise ConfigError(f"{source}: key 'split.mode' must be data, lomo:<model> or "
+                          f"lowo:<workload>; got {cfg.split.mode!r}")
+    try:  # re-run the LLM section's own checks (and its normalisation of prices)
+        cfg.llm = type(cfg.llm)(**{f.name: getattr(cfg.llm, f.name)
+                                   for f in dataclasses.fields(cfg.llm)})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: section 'llm': {exc}") from None
+    return cfg
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Defaults, overridden by the TOML file at ``path`` (if any)."""
+    cfg = Config()
+    if path is None:
+        return cfg
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML ({exc})") from None
+    apply_dict(cfg, data, str(p))
+    return validate(cfg, str(p))
+
+
+# ---- documented TOML ----------------------------------------------------------------------
+def _toml_value(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        items = [_toml_value(v) for v in value]
+        return None if None in items else "[" + ", ".join(items) + "]"  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        items = [f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in sorted(value.items())]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    return None
+
+
+def to_toml(cfg: Config) -> str:
+    """The configuration as TOML, each key preceded by its one-line documentation."""
+    out = ["# evolve run configuration. Every key is optional; shown with its current value."]
+    for sec in dataclasses.fields(cfg):
+        section = getattr(cfg, sec.name)
+        out += ["", f"[{sec.name}]"]
+        if section.__doc__:
+            out.append(f"# {section.__doc__.strip().splitlines()[0]}")
+        for f in dataclasses.fields(section):
+            doc = f.metadata.get("doc", "")
+            if doc:
+                out.append(f"# {doc}")
+            rendered = _toml_value(getattr(section, f.name))
+            out.append(f"{f.name} = {rendered}" if rendered is not None else
+                       f"# {f.name} = (unset)")
+    return "\n".join(out) + "\n"
+
+
+# ---- splits -------------------------------------------------------------------------------
+SPLITS = ("train", "validate", "test")
+
+
+def assign_splits(scenarios: typing.Sequence[Any], mode: str) -> dict[str, str]:
+    """Scenario name -> train / validate / test under the configured split.
+
+    ``data`` keeps each experiment's own split. ``lomo:<model>`` / ``lowo:<workload>`` hold
+    out every run of that model / workload as ``test``; of the others, the data's train
+    runs train and the rest validate, so validation stays out of fitting in every mode.
+    """
+    if mode == "data":
+        out = {s.name: s.split for s in scenarios}
+    else:
+        kind, _, value = mode.partition(":")
+        attr = "model" if kind == "lomo" else "workload"
+        known = sorted({getattr(s, attr) for s in scenarios})
+        if value not in known:
+            raise ConfigError(f"split.mode {mode!r}: no run has {attr} {value!r} "
+                              f"(known: {', '.join(known)})")
+        out = {s.name: "test" if getattr(s, attr) == value else
+               ("train" if s.split == "train" else "validate") for s in scenarios}
+    if "train" not in out.values():
+        raise ConfigError(f"split.mode {mode!r}: no training runs among the loaded scenarios")
+    return out

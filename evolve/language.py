@@ -1,0 +1,257 @@
+"""The program language: parse, check, normalise and identify step-time programs.
+
+A program is a small Python module (see ``DESIGN.md``, "The program language")::
+
+    \"\"\"Idea in one line.\"\"\"
+    CONSTANTS = {"a": (1.0, 0.0, 10.0), "b": (100.0, 1.0, 1e4)}
+
+    def step_time(f, c):
+        x = c.a * f.pf_gemm
+        return maximum(x, f.weight_read) + c.b
+
+    def queueing_time(r, c):          # optional, per request
+        return c.b
+
+Why this shape: the search (LLM and offline operators) writes programs as text, so the text
+is untrusted. :func:`parse_program` checks the whole AST against a whitelist
+(:mod:`evolve.lang_check`) *before* anything executes, then normalises it (constants sorted,
+numbers as floats, unused constants and function docstrings dropped) so that two
+formattings of one program share one id, the sha256 of the normalised source. Compilation
+(:mod:`evolve.codegen`) builds fresh ASTs from the checked tree; user text is never exec'd.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import inspect
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from evolve.lang_check import (
+    CALL_ARITY,
+    MAX_COMPLEXITY,
+    MAX_CONSTANTS,
+    MAX_SOURCE_CHARS,
+    MAX_WHERE,
+    POW_RANGE,
+    SPECIAL_CONSTANTS,
+    Checked,
+    ConstSpec,
+    FunctionInfo,
+    ProgramError,
+    check_tree,
+)
+
+if TYPE_CHECKING:
+    from evaluator.api import StepModel
+
+__all__ = [
+    "CALL_ARITY", "MAX_COMPLEXITY", "MAX_CONSTANTS", "MAX_WHERE", "POW_RANGE",
+    "SPECIAL_CONSTANTS", "ConstSpec", "Program", "ProgramError", "check_outputs",
+    "check_queue", "parse_program",
+]
+
+_MODEL_CACHE: OrderedDict[str, StepModel] = OrderedDict()
+_MODEL_CACHE_SIZE = 256  # compiled numba functions are ~1 MB each; bound the memory
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A checked, normalised program. Equality and hashing are by ``id``.
+
+    ``tree`` is ``ast.parse(source)``: the normalised module, read by the Go exporter and
+    by :mod:`evolve.codegen`. Treat it as read-only (``copy.deepcopy`` before changing).
+    ``constants`` are sorted by name; that order is the layout of the vector ``c``.
+    """
+
+    id: str
+    source: str
+    doc: str
+    constants: tuple[ConstSpec, ...]
+    complexity: int
+    features: frozenset[str]
+    n_where: int
+    tree: ast.Module = field(repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Program) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def const_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.constants)
+
+    @property
+    def n_constants(self) -> int:
+        return len(self.constants)
+
+    def init_vector(self) -> np.ndarray:
+        return np.array([s.init for s in self.constants], dtype=np.float64)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(low, high)`` vectors in the order of ``c``."""
+        return (np.array([s.low for s in self.constants], dtype=np.float64),
+                np.array([s.high for s in self.constants], dtype=np.float64))
+
+    def _def(self, name: str) -> ast.FunctionDef | None:
+        for node in self.tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                return node
+        return None
+
+    @property
+    def step_tree(self) -> ast.FunctionDef:
+        """The normalised ``def step_time(f, c)`` node."""
+        node = self._def("step_time")
+        assert node is not None
+        return node
+
+    @property
+    def queue_tree(self) -> ast.FunctionDef | None:
+        """The normalised ``def queueing_time(r, c)`` node, or None."""
+        return self._def("queueing_time")
+
+    def _index(self, name: str) -> int | None:
+        names = self.const_names
+        return names.index(name) if name in names else None
+
+    @property
+    def post_decode_index(self) -> int | None:
+        return self._index("post_decode_us")
+
+    @property
+    def output_token_index(self) -> int | None:
+        return self._index("output_token_us")
+
+    def step_model(self) -> StepModel:
+        """The compiled :class:`evaluator.api.StepModel` (numpy + numba), cached by id."""
+        model = _MODEL_CACHE.get(self.id)
+        if model is None:
+            from evaluator.api import StepModel
+            from evolve.codegen import compile_program
+
+            comp = compile_program(self)
+            model = StepModel(name=self.id[:12], vector_fn=comp.vector_fn,
+                              scalar_fn=comp.scalar_fn, queue_fn=comp.queue_fn,
+                              post_decode_index=self.post_decode_index,
+                              output_token_index=self.output_token_index)
+            _MODEL_CACHE[self.id] = model
+            while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
+                _MODEL_CACHE.popitem(last=False)
+        else:
+            _MODEL_CACHE.move_to_end(self.id)
+        return model
+
+
+class _Floats(ast.NodeTransformer):
+    """Integer literals become floats, so ``2`` and ``2.0`` normalise alike."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.Constant:
+        if type(node.value) is int:
+            return ast.Constant(float(node.value))
+        return node
+
+
+def _function(name: str, params: tuple[str, str], info: FunctionInfo) -> ast.FunctionDef:
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in params], vararg=None,
+                         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    body = [_Floats().visit(copy.deepcopy(s)) for s in info.body]
+    fn = ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None,
+                         type_comment=None)
+    if "type_params" in ast.FunctionDef._fields:  # Python >= 3.12
+        fn.type_params = []
+    return fn
+
+
+def _normalise(chk: Checked) -> tuple[str, str]:
+    """Normalised source and cleaned docstring of a checked program."""
+    body: list[ast.stmt] = []
+    doc = inspect.cleandoc(chk.doc) if chk.doc else ""
+    if doc:
+        body.append(ast.Expr(ast.Constant(doc)))
+    keep = sorted(n for n in chk.constants
+                  if n in chk.used_constants or n in SPECIAL_CONSTANTS)
+    consts = ast.Dict(
+        keys=[ast.Constant(n) for n in keep],
+        values=[ast.Tuple([ast.Constant(float(v)) for v in (chk.constants[n].init,
+                                                           chk.constants[n].low,
+                                                           chk.constants[n].high)],
+                          ast.Load()) for n in keep])
+    body.append(ast.Assign([ast.Name("CONSTANTS", ast.Store())], consts))
+    body.append(_function("step_time", ("f", "c"), chk.step))
+    if chk.queue is not None:
+        body.append(_function("queueing_time", ("r", "c"), chk.queue))
+    module = ast.Module(body=body, type_ignores=[])
+    return ast.unparse(ast.fix_missing_locations(module)) + "\n", doc
+
+
+def parse_program(text: str | bytes) -> Program:
+    """Check and normalise a program; raise :class:`ProgramError` on any violation.
+
+    Nothing in ``text`` is executed: this only parses to an AST and walks it.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProgramError(f"source is not valid UTF-8 ({exc.reason} at byte "
+                               f"{exc.start})", "encoding") from None
+    if not isinstance(text, str):
+        raise ProgramError(f"source must be str or bytes, not {type(text).__name__}",
+                           "encoding")
+    if len(text) > MAX_SOURCE_CHARS:
+        raise ProgramError(f"source has {len(text)} characters; at most {MAX_SOURCE_CHARS}",
+                           "size")
+    try:
+        tree = ast.parse(text, mode="exec")
+    except SyntaxError as exc:
+        raise ProgramError(f"syntax error: {exc.msg}", "syntax", exc.lineno,
+                           (exc.text or "").strip()[:80]) from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise ProgramError(f"cannot parse: {type(exc).__name__}: {exc}", "syntax") from None
+    chk = check_tree(tree)
+    source, doc = _normalise(chk)
+    names = sorted(n for n in chk.constants
+                   if n in chk.used_constants or n in SPECIAL_CONSTANTS)
+    return Program(
+        id=hashlib.sha256(source.encode("utf-8")).hexdigest(), source=source, doc=doc,
+        constants=tuple(chk.constants[n] for n in names), complexity=chk.complexity,
+        features=frozenset(chk.features), n_where=chk.n_where, tree=ast.parse(source))
+
+
+def check_outputs(t: np.ndarray) -> str | None:
+    """Why step times ``t`` are unusable (non-finite or <= 0 anywhere), or None if fine."""
+    t = np.asarray(t)
+    if t.size == 0:
+        return None
+    lo, hi = t.min(), t.max()  # NaN propagates through both
+    if lo > 0.0 and hi < np.inf:
+        return None
+    flat = t.reshape(-1)
+    bad = np.flatnonzero(~np.isfinite(flat))
+    if bad.size:
+        j = int(bad[0])
+        return (f"non-finite step time {flat[j]!r} at step {j} ({bad.size} of {flat.size} "
+                "steps)")
+    bad = np.flatnonzero(flat <= 0.0)
+    j = int(bad[0])
+    return f"non-positive step time {flat[j]!r} us at step {j} ({bad.size} of {flat.size} steps)"
+
+
+def check_queue(q: np.ndarray) -> str | None:
+    """Why queueing delays ``q`` are unusable (non-finite or negative), or None if fine."""
+    q = np.asarray(q).reshape(-1)
+    if q.size == 0:
+        return None
+    bad = np.flatnonzero(~(np.isfinite(q) & (q >= 0.0)))
+    if bad.size == 0:
+        return None
+    j = int(bad[0])
+    return f"queueing delay {q[j]!r} us at request {j} is not finite and >= 0"

@@ -1,0 +1,155 @@
+"""Record/replay of LLM exchanges, so a run that used an LLM can be reproduced bit for bit.
+
+Every exchange is one JSON line keyed by the sha256 of its *canonical request* (model,
+messages, temperature, seed, max_tokens, template_version as canonical JSON with sorted
+keys). ``record`` appends a line per exchange and fsyncs it, so a killed run loses nothing
+it paid for; ``replay`` serves strictly: a request the cassette does not hold is an error
+that stops the run, because silently calling the endpoint (or inventing a reply) would make
+the replayed archive differ from the recorded one without anyone noticing.
+
+Failed exchanges (timeouts, 5xx after all retries) are recorded too: the run's decisions
+depend on them (error proposals, fallback to the offline operator), so replay must see them.
+When a hash occurs more than once in a file (a request recorded twice), the last line wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+Mode = Literal["off", "record", "replay"]
+CASSETTE_FORMAT = 1
+
+
+class CassetteError(RuntimeError):
+    """A cassette cannot be used: a corrupt line, or (in replay) a request it does not hold.
+
+    A run must stop on it: continuing would break the promise that replay reproduces the
+    recorded archive.
+    """
+
+
+class CassetteMiss(CassetteError):
+    """Replay asked for a request hash the cassette does not contain."""
+
+    def __init__(self, path: Path, request_hash: str):
+        self.path = path
+        self.request_hash = request_hash
+        super().__init__(f"cassette {path}: no recorded exchange for request {request_hash} "
+                         "(was it recorded with the same config, prompts and seed?)")
+
+
+def canonical_request(model: str, messages: Sequence[dict[str, str]], temperature: float,
+                      seed: int | None, max_tokens: int,
+                      template_version: str) -> dict[str, Any]:
+    """The fields that determine a reply; everything else (timeouts, retries) does not."""
+    return {
+        "model": model,
+        "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+        "temperature": float(temperature),
+        "seed": None if seed is None else int(seed),
+        "max_tokens": int(max_tokens),
+        "template_version": template_version,
+    }
+
+
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, no whitespace, UTF-8 kept: the same request always gives the same bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def request_hash(request: dict[str, Any]) -> str:
+    """sha256 hex of the canonical JSON of a canonical request."""
+    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+
+
+class Cassette:
+    """A JSONL file of exchanges, opened in one mode for the life of a run.
+
+    ``get`` (replay) returns the recorded exchange dict; ``put`` (record) appends one.
+    Thread-safe: the LLM operator calls it from its worker threads.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], mode: Mode):
+        if mode not in ("off", "record", "replay"):
+            raise ValueError(f"cassette mode must be off, record or replay, not {mode!r}")
+        self.path = Path(path)
+        self.mode: Mode = mode
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict[str, Any]] = {}
+        if mode == "replay":
+            if not self.path.is_file():
+                raise CassetteError(f"cassette {self.path}: file not found (needed for replay)")
+            self._entries = load_entries(self.path)
+        elif mode == "record":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.is_file():
+                # Appending to a cassette: validate what is there, so a corrupt file is found
+                # now and not when someone tries to replay it.
+                self._entries = load_entries(self.path)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, request_hash: str) -> bool:
+        return request_hash in self._entries
+
+    def get(self, request_hash: str) -> dict[str, Any]:
+        """The recorded exchange for ``request_hash``; raises :class:`CassetteMiss`."""
+        with self._lock:
+            entry = self._entries.get(request_hash)
+        if entry is None:
+            raise CassetteMiss(self.path, request_hash)
+        return entry["exchange"]
+
+    def put(self, request_hash: str, request: dict[str, Any], exchange: dict[str, Any]) -> None:
+        """Append one exchange and force it to disk before returning."""
+        if self.mode != "record":
+            raise CassetteError(f"cassette {self.path}: put() in mode {self.mode}")
+        entry = {"format": CASSETTE_FORMAT, "hash": request_hash, "request": request,
+                 "exchange": exchange}
+        line = canonical_json(entry) + "\n"
+        with self._lock:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self._entries[request_hash] = entry
+
+
+def load_entries(path: Path) -> dict[str, dict[str, Any]]:
+    """Parse a cassette; a bad line raises :class:`CassetteError` naming file and line."""
+    entries: dict[str, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CassetteError(f"cassette {path}:{lineno}: corrupt line ({exc.msg} at "
+                                    f"column {exc.colno})") from None
+            problem = _entry_problem(entry)
+            if problem:
+                raise CassetteError(f"cassette {path}:{lineno}: {problem}")
+            entries[entry["hash"]] = entry
+    return entries
+
+
+def _entry_problem(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return "corrupt line (not a JSON object)"
+    if entry.get("format") != CASSETTE_FORMAT:
+        return f"unsupported format {entry.get('format')!r} (expected {CASSETTE_FORMAT})"
+    for key, kind in (("hash", str), ("request", dict), ("exchange", dict)):
+        if not isinstance(entry.get(key), kind):
+            return f"corrupt line (missing or bad {key!r})"
+    if request_hash(entry["request"]) != entry["hash"]:
+        return "corrupt line (hash does not match its request)"
+    return ""

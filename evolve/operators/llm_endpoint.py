@@ -1,0 +1,170 @@
+"""One chat completion against an OpenAI-compatible endpoint, with our own retry loop.
+
+Why not the client's retries: ``openai`` retries with random jitter and its own notion of
+what is retryable, invisibly. Here the client runs with ``max_retries=0`` and this module
+decides: 429 (honouring Retry-After), 5xx, timeouts and connection errors are retried with
+exponential backoff (no jitter – concurrency is small and determinism is worth more), and
+every attempt is counted, so the archive says what a call really cost in time.
+
+The outcome is an :class:`Exchange`, a plain record that is also what a cassette stores.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from evolve.operators.llm_config import LLMConfig
+
+# Exchange.status values. "unreachable" and "rejected" mean the endpoint itself failed
+# (after all retries, or it refuses us: bad key, unknown model); "api_error" is a failure
+# specific to this request (e.g. 400 context too long).
+OK, UNREACHABLE, REJECTED, API_ERROR = "ok", "unreachable", "rejected", "api_error"
+ENDPOINT_FAILURES = frozenset({UNREACHABLE, REJECTED})
+_REJECTED_CODES = frozenset({401, 403, 404})
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What came back for one request (after retries)."""
+
+    status: str
+    reply: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float  # wall time of the whole call, all attempts and waits included
+    attempts: int
+    error: str | None
+    usage_estimated: bool = False  # the server sent no usage; counts are our estimates
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Exchange:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+class Endpoint:
+    """An ``openai.OpenAI`` client plus the retry policy of an :class:`LLMConfig`."""
+
+    def __init__(self, cfg: LLMConfig, sleep: Callable[[float], None] = time.sleep):
+        import openai  # imported here: `evolve --help` and offline runs need not pay for it
+
+        self.cfg = cfg
+        self._sleep = sleep
+        self._openai = openai
+        self._client = openai.OpenAI(base_url=cfg.base_url, api_key=cfg.api_key(),
+                                     max_retries=0, timeout=cfg.timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def complete(self, request: dict[str, Any],
+                 estimate: Callable[[str], int] | None = None) -> Exchange:
+        """Send ``request`` (a cassette canonical request) until it succeeds or fails for good."""
+        openai = self._openai
+        kwargs: dict[str, Any] = {
+            "model": request["model"], "messages": request["messages"],
+            "temperature": request["temperature"], "max_tokens": request["max_tokens"]}
+        if request.get("seed") is not None:
+            kwargs["seed"] = request["seed"]
+        start = time.monotonic()
+        error = ""
+        attempts = 0
+        for attempt in range(self.cfg.retries + 1):
+            attempts = attempt + 1
+            retry_after: float | None = None
+            try:
+                resp = self._client.chat.completions.create(**kwargs)
+            except openai.APITimeoutError:
+                error = f"timeout after {self.cfg.timeout_s:g} s"
+            except openai.APIConnectionError as exc:
+                error = f"connection error: {_cause(exc)}"
+            except openai.APIStatusError as exc:
+                code = exc.status_code
+                error = f"HTTP {code}: {_short(exc.message)}"
+                if code == 429:
+                    retry_after = _retry_after(exc.response.headers)
+                elif code < 500:
+                    status = REJECTED if code in _REJECTED_CODES else API_ERROR
+                    return self._failed(status, error, start, attempts)
+            except (openai.APIError, ValueError) as exc:  # e.g. a 200 with a non-JSON body
+                return self._failed(API_ERROR, f"bad response: {type(exc).__name__}: "
+                                    f"{_short(str(exc))}", start, attempts)
+            else:
+                return self._success(resp, request, start, attempts, estimate)
+            if attempt < self.cfg.retries:
+                self._sleep(self.delay(attempt, retry_after))
+        return self._failed(UNREACHABLE, f"{error} (after {attempts} attempts)", start, attempts)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds before retry ``attempt + 1``: Retry-After if given, else base * 2^attempt;
+        both capped at ``backoff_cap_s``."""
+        if retry_after is not None:
+            return max(0.0, min(retry_after, self.cfg.backoff_cap_s))
+        return min(self.cfg.backoff_base_s * (2.0 ** attempt), self.cfg.backoff_cap_s)
+
+    def _success(self, resp: Any, request: dict[str, Any], start: float, attempts: int,
+                 estimate: Callable[[str], int] | None) -> Exchange:
+        latency = time.monotonic() - start
+        choices = getattr(resp, "choices", None) or []
+        if not choices:
+            return self._failed(API_ERROR, "response has no choices", start, attempts)
+        message = choices[0].message
+        reply = getattr(message, "content", None)
+        usage = getattr(resp, "usage", None)
+        estimated = usage is None or getattr(usage, "prompt_tokens", None) is None
+        if estimated:
+            count = estimate or (lambda text: len(text) // 4)
+            prompt_tokens = sum(count(m["content"]) for m in request["messages"])
+            completion_tokens = count(reply or "")
+        else:
+            prompt_tokens = int(usage.prompt_tokens or 0)
+            completion_tokens = int(usage.completion_tokens or 0)
+        return Exchange(OK, reply, choices[0].finish_reason, prompt_tokens, completion_tokens,
+                        round(latency, 6), attempts, None, estimated)
+
+    @staticmethod
+    def _failed(status: str, error: str, start: float, attempts: int) -> Exchange:
+        return Exchange(status, None, None, 0, 0, round(time.monotonic() - start, 6),
+                        attempts, error)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``Retry-After`` (delta seconds or an HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _cause(exc: BaseException) -> str:
+    inner = exc.__cause__ or exc.__context__
+    return _short(str(inner) if inner is not None and str(inner) else str(exc))
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

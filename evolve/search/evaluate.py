@@ -1,0 +1,227 @@
+"""Judging programs for the loop: fit, score, fingerprint, rebuild corpora; in parallel.
+
+Why a separate module: the loop decides *what* to evaluate and in which order; this module
+says *how*, as pure functions of (run context, program, seed), which is what lets the loop
+farm children out to worker processes and still write bit-identical archives, and lets
+``evolve replay`` re-score a stored program with exactly the code the run used.
+
+Metrics are stored per scenario as plain dicts (``RunMetrics.to_dict()`` with the split
+replaced by the run's split assignment): teacher-forced on the fitting windows of the
+current corpora for every split. Only training runs enter the loss; validate/test numbers
+are stored for reporting and never read by selection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import multiprocessing as mp
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from evaluator.api import Evaluator, loss
+from evolve.fitting import const_map, fit_program
+from evolve.language import Program, parse_program
+
+# Requests used to probe queueing_time for the fingerprint: (input_tokens, output_tokens).
+_PROBE_REQUESTS = np.array([[64.0, 550.0, 900.0, 1500.0, 3000.0],
+                            [1.0, 248.0, 251.0, 1000.0, 1448.0]])
+PROBE_STEPS_PER_RUN = 48
+
+
+@dataclass
+class RunContext:
+    """The fixed parts of a run that every evaluation needs."""
+
+    evaluator: Evaluator
+    splits: dict[str, str]  # scenario name -> train / validate / test
+    scope: str
+    window_steps: int
+    max_evals: int
+    restarts: int = 1
+    probe: np.ndarray | None = None  # float64[N_FEATURES, n] fingerprint steps
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.splits)
+
+    @property
+    def train(self) -> list[str]:
+        return [n for n in self.names if self.splits[n] == "train"]
+
+
+@dataclass
+class Scored:
+    """The outcome of fitting and/or scoring one program on the current corpora."""
+
+    groups: dict[str, dict[str, float]] | None
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loss: float = float("inf")
+    n_evals: int = 0
+    reason: str = ""  # empty if accepted
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason and np.isfinite(self.loss)
+
+
+def _clean(groups: Any) -> dict[str, dict[str, float]]:
+    return {str(g): {str(k): float(v) for k, v in sorted(c.items())}
+            for g, c in sorted(dict(groups).items())}
+
+
+def score_program(ctx: RunContext, program: Program,
+                  groups: dict[str, dict[str, float]]) -> Scored:
+    """Teacher-forced metrics of ``program`` with fixed constants on every scenario."""
+    ev = ctx.evaluator
+    try:
+        model = program.step_model()
+        consts = const_map(program, groups, ev.scenarios, ctx.scope)
+        runs = ev.score(model, consts, names=ctx.names)
+    except (ArithmeticError, ValueError, KeyError) as exc:
+        return Scored(groups, reason=f"scoring failed: {type(exc).__name__}: {exc}")
+    metrics: dict[str, dict[str, Any]] = {}
+    for name in ctx.names:
+        d = runs[name].to_dict()
+        d["split"] = ctx.splits[name]
+        metrics[name] = d
+    train_loss = loss(runs, ctx.train)
+    reason = ""
+    if not np.isfinite(train_loss):
+        bad = [n for n in ctx.train if not runs[n].valid]
+        reason = (f"invalid on {bad[0]}: {runs[bad[0]].reason}" if bad else
+                  "non-finite training loss")
+    return Scored(groups, metrics, float(train_loss), 0, reason)
+
+
+def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:
+    """Fit constants on the training runs (CMA-ES), then score on every run."""
+    try:
+        fit = fit_program(program, ctx.evaluator, ctx.train, ctx.scope, seed, ctx.max_evals,
+                          ctx.restarts)
+    except (ArithmeticError, ValueError) as exc:
+        return Scored(None, reason=f"fit failed: {type(exc).__name__}: {exc}")
+    groups = _clean(fit.groups)
+    if not groups or not np.isfinite(fit.loss):
+        return Scored(groups or None, n_evals=int(fit.n_evals),
+                      reason=f"fit failed: {fit.status}")
+    out = score_program(ctx, program, groups)
+    out.n_evals = int(fit.n_evals)
+    return out
+
+
+def child_seed(run_seed: int, generation: int, index: int) -> int:
+    """A positive 31-bit seed for one child's fit, derived only from its position."""
+    ss = np.random.SeedSequence([int(run_seed), int(generation), int(index), 2])
+    return int(ss.generate_state(1, np.uint32)[0] % (2**31 - 2)) + 1
+
+
+def generation_rng(run_seed: int, generation: int, purpose: int) -> np.random.Generator:
+    """The random stream of one purpose in one generation (resume draws the same)."""
+    return np.random.default_rng(np.random.SeedSequence([int(run_seed), int(generation),
+                                                         int(purpose)]))
+
+
+# ---- fingerprints ---------------------------------------------------------------------
+def build_probe(ev: Evaluator, names: Sequence[str]) -> np.ndarray:
+    """Fixed probe steps: evenly spaced steps of each named run's fitting windows."""
+    cols = []
+    for name in sorted(names):
+        feats = ev.fit_sets[name].features
+        if feats.size == 0:
+            continue
+        idx = np.unique(np.linspace(0, feats.shape[1] - 1, PROBE_STEPS_PER_RUN).astype(int))
+        cols.append(feats[:, idx])
+    return np.ascontiguousarray(np.concatenate(cols, axis=1))
+
+
+def probe_bytes(probe: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, probe, allow_pickle=False)
+    return buf.getvalue()
+
+
+def probe_from_bytes(data: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def fingerprint(program: Program, probe: np.ndarray, digits: int) -> str:
+    """Hash of the program's rounded predictions on the probe at its initial constants.
+
+    Two programs with the same fingerprint predict the same step times (and queueing
+    delays and E2E-only offsets) at their declared initial constants, e.g. algebraic
+    rewrites of each other; fitting the second would waste the budget.
+    """
+    c = program.init_vector()
+    parts: list[np.ndarray] = []
+    try:
+        model = program.step_model()
+        with np.errstate(all="ignore"):
+            parts.append(np.broadcast_to(np.asarray(model.vector_fn(probe, c), np.float64),
+                                         (probe.shape[1],)))
+            if model.queue_fn is not None:
+                parts.append(np.broadcast_to(np.asarray(
+                    model.queue_fn(_PROBE_REQUESTS, c), np.float64),
+                    (_PROBE_REQUESTS.shape[1],)))
+        for idx in (model.post_decode_index, model.output_token_index):
+            parts.append(np.array([c[idx] if idx is not None else 0.0]))
+    except Exception as exc:  # a program that cannot even run gets a unique-ish print
+        return "error:" + hashlib.sha256(f"{program.id}:{exc}".encode()).hexdigest()[:24]
+    vals = np.concatenate(parts)
+    text = ",".join(np.format_float_scientific(v, precision=digits - 1, unique=False)
+                    if np.isfinite(v) else repr(float(v)) for v in vals)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+# ---- corpora ----------------------------------------------------------------------------
+def refresh(ctx: RunContext, program: Program, groups: dict[str, dict[str, float]],
+            scope: str, progress: Callable[[str], None] | None = None) -> str:
+    """Re-simulate every scenario closed loop with ``program``; the new corpus version."""
+    ev = ctx.evaluator
+    consts = const_map(program, groups, ev.scenarios, scope)
+    return ev.refresh_corpora(program.step_model(), consts, ctx.window_steps,
+                              names=ctx.names, progress=progress)
+
+
+# ---- parallel fitting -------------------------------------------------------------------
+_WORKER_CTX: RunContext | None = None
+
+
+def _fit_job(job: tuple[str, int]) -> Scored:
+    assert _WORKER_CTX is not None
+    source, seed = job
+    return fit_and_score(_WORKER_CTX, parse_program(source), seed)
+
+
+class FitPool:
+    """Fits children in forked worker processes that share the parent's corpora.
+
+    Why fork: the corpora and fitting windows are large numpy arrays; forked workers see
+    them copy-on-write for free. After a corpus refresh the pool is restarted so workers
+    never fit on stale corpora. Results come back in job order, and each job carries its
+    own seed, so the output does not depend on the number of workers.
+    """
+
+    def __init__(self, ctx: RunContext, workers: int):
+        self.ctx = ctx
+        self.workers = max(1, int(workers))
+        self._pool: Any = None
+
+    def map(self, jobs: Sequence[tuple[Program, int]]) -> list[Scored]:
+        if self.workers == 1 or len(jobs) <= 1 or "fork" not in mp.get_all_start_methods():
+            return [fit_and_score(self.ctx, p, s) for p, s in jobs]
+        if self._pool is None:
+            global _WORKER_CTX
+            _WORKER_CTX = self.ctx
+            self._pool = mp.get_context("fork").Pool(self.workers)
+        return list(self._pool.map(_fit_job, [(p.source, s) for p, s in jobs], chunksize=1))
+
+    def reset(self) -> None:
+        """Stop the workers (call after the corpora changed, and at the end)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None

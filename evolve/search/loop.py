@@ -1,0 +1,428 @@
+"""The generation loop: seeds, then select -> propose -> reject -> fit -> score -> insert.
+
+Why it is shaped this way:
+
+* Every generation is computed in memory and committed in one transaction (with the grid,
+  the frontier and any new corpus version), so the archive always ends at a complete
+  generation and ``--resume`` continues from it.
+* Every random draw comes from ``generation_rng(seed, generation, purpose)`` and every fit
+  from ``child_seed(seed, generation, index)``: a resumed run draws exactly what an
+  uninterrupted one would. The state carried between generations (grid, elites' constants,
+  seen ids and fingerprints, corpus version, refresh bookkeeping) is all in the archive.
+* Wall time only ever *stops* a run, after a complete generation; it decides nothing else.
+* Selection sees training loss only. Validate/test metrics are stored, never read here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evaluator.api import Evaluator
+from evolve.archive import Archive, ArchiveError
+from evolve.archive.models import CorpusVersion, Evaluation, FrontierRow, GridCell, ProgramRow
+from evolve.cli import UserError
+from evolve.config import Config, assign_splits
+from evolve.language import Program, ProgramError, parse_program
+from evolve.operators.base import Operator, Parent, Proposal
+from evolve.search.evaluate import (
+    FitPool,
+    RunContext,
+    Scored,
+    build_probe,
+    child_seed,
+    fingerprint,
+    generation_rng,
+    probe_bytes,
+    probe_from_bytes,
+    refresh,
+    score_program,
+)
+from evolve.search.grid import Elite, Grid
+from evolve.search.pareto import Frontier, select_parents
+from evolve.search.state import (
+    LoopState,
+    llm_row,
+    load_state,
+    registers_fingerprint,
+    source_id,
+)
+
+PURPOSE_SELECT, PURPOSE_OPERATOR = 1, 2
+PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
+
+
+@dataclass
+class RunSummary:
+    run_id: int
+    status: str
+    generations_done: int
+    evaluations: int
+    best_id: str | None
+    best_loss: float
+    pick_id: str | None
+    elapsed_s: float
+
+
+def load_evaluator(cfg: Config) -> Evaluator:
+    """The run's scenarios (optionally cut to their first ``head_seconds``)."""
+    ev = Evaluator.from_data(cfg.run.data or None, list(cfg.run.scenarios) or None)
+    if cfg.run.head_seconds > 0:
+        ev = Evaluator([s.head(cfg.run.head_seconds) for s in ev.scenarios])
+    return ev
+
+
+def load_seeds(cfg: Config) -> list[tuple[str, Program]]:
+    """(file stem, program) of every seed, sorted by file name; a bad seed is a user error."""
+    folder = Path(cfg.run.seeds_dir) if cfg.run.seeds_dir else PROJECT_SEEDS
+    files = sorted(folder.glob("*.py")) if folder.is_dir() else []
+    if not files:
+        raise UserError(f"{folder}: no seed programs (*.py)")
+    out = []
+    for path in files:
+        try:
+            out.append((path.stem, parse_program(path.read_text(encoding="utf-8"))))
+        except ProgramError as exc:
+            raise UserError(f"{path}: seed does not parse: {exc}") from None
+    return out
+
+
+def build_operator(cfg: Config, splits: dict[str, str]) -> Operator:
+    """The configured operator; the LLM one is told the held-out runs it must never show."""
+    if cfg.operator.kind == "llm":
+        if not cfg.llm.model:
+            raise UserError("operator.kind = llm needs llm.model (--llm MODEL)")
+        from evolve.operators.llm import build_llm_operator
+
+        heldout = sorted(n for n, s in splits.items() if s != "train")
+        return build_llm_operator(cfg.llm, heldout)
+    from evolve.operators.offline import OfflineOperator
+
+    return OfflineOperator(max_complexity=min(cfg.search.complexity_cap, 30))
+
+
+class Search:
+    """One run (new or resumed) over one archive."""
+
+    def __init__(self, cfg: Config, archive: Archive, run_id: int | None = None,
+                 operator: Operator | None = None, log: Any = None):
+        self.cfg, self.archive = cfg, archive
+        self.t0 = time.monotonic()
+        self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.evaluator = load_evaluator(cfg)
+        self.seeds = load_seeds(cfg)
+        if run_id is None:
+            splits = assign_splits(self.evaluator.scenarios, cfg.split.mode)
+            self.run_id = archive.create_run(cfg.run.seed, cfg.stored_dict(), splits, None)
+        else:
+            self.run_id = run_id
+            splits = archive.run(run_id).splits
+            missing = sorted(set(splits) - set(self.evaluator.by_name))
+            if missing:
+                raise ArchiveError(f"run {run_id} used scenario {missing[0]!r}, not in the data")
+        self.ctx = RunContext(self.evaluator, splits, cfg.fit.scope, cfg.fit.window_steps,
+                              cfg.fit.max_evals, cfg.fit.restarts)
+        self.operator = operator or build_operator(cfg, splits)
+        self.pool = FitPool(self.ctx, cfg.run.workers)
+        self.state = LoopState(grid=self._new_grid())
+
+    def _new_grid(self) -> Grid:
+        return Grid(tuple(self.cfg.search.complexity_edges))
+
+    # ---- driver -------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        cfg, st = self.cfg, self.state
+        run = self.archive.run(self.run_id)
+        start = run.generations_done + 1
+        if start > 0:
+            self.state = st = load_state(self.archive, self.run_id, self._new_grid(), cfg,
+                                         parse_program)
+            self.ctx.probe = probe_from_bytes(run.probe)
+            self._rebuild_corpus(st.corpus_rows[-1])
+        self.archive.update_run(self.run_id, status="running", finished_at=None)
+        status = "finished"
+        bar = _progress(cfg, start)
+        try:
+            for g in range(start, cfg.run.generations + 1):
+                why = self._budget_exhausted()
+                if why:
+                    status = f"stopped:{why}"
+                    break
+                rows = self._generation_zero() if g == 0 else self._generation(g)
+                rows += self._snapshot(g)
+                extra = {"probe": probe_bytes(self.ctx.probe)} if g == 0 else {}
+                self.archive.commit_generation(self.run_id, g, rows, **extra)
+                st.generations_done = g
+                if bar is not None:
+                    best = st.grid.best()
+                    bar.update(1)
+                    bar.set_postfix(best=f"{best.loss:.4f}" if best else "-",
+                                    frontier=len(self._frontier()),
+                                    evals_s=f"{st.n_fitted / (time.monotonic() - self.t0):.2f}")
+                if cfg.run.wall_time_s > 0 and time.monotonic() - self.t0 > cfg.run.wall_time_s:
+                    status = "stopped:wall_time" if g < cfg.run.generations else "finished"
+                    break
+        except KeyboardInterrupt:
+            self.archive.update_run(self.run_id, status="interrupted")
+            raise
+        finally:
+            self.pool.reset()
+            if bar is not None:
+                bar.close()
+        from evolve.archive.store import utc_now
+
+        self.archive.update_run(self.run_id, status=status, finished_at=utc_now())
+        best, pick = st.grid.best(), self._frontier().pick()
+        return RunSummary(self.run_id, status, st.generations_done, st.n_fitted,
+                          best.program_id if best else None,
+                          best.loss if best else float("inf"),
+                          pick.program_id if pick else None, time.monotonic() - self.t0)
+
+    def _budget_exhausted(self) -> str:
+        cfg, st = self.cfg, self.state
+        if cfg.run.max_evaluations and st.n_fitted >= cfg.run.max_evaluations:
+            return "evaluations"
+        if cfg.llm.max_total_tokens is not None and st.llm_tokens >= cfg.llm.max_total_tokens:
+            return "llm_tokens"
+        if cfg.llm.max_cost_usd is not None and st.llm_cost >= cfg.llm.max_cost_usd:
+            return "llm_cost"
+        return ""
+
+    # ---- generation 0: seeds --------------------------------------------------------------
+    def _generation_zero(self) -> list[Any]:
+        cfg, st = self.cfg, self.state
+        rows: list[Any] = []
+        seeds = list(dict((p.id, (stem, p)) for stem, p in self.seeds).values())
+        stems = [s for s, _ in seeds]
+        boot = seeds[stems.index(cfg.search.bootstrap_seed)][1] if \
+            cfg.search.bootstrap_seed in stems else seeds[0][1]
+        init = {"global": dict(zip(boot.const_names, map(float, boot.init_vector()),
+                                   strict=True))}
+        self.log(f"run {self.run_id}: simulating {len(self.ctx.names)} runs with seed "
+                 f"{boot.id[:12]} at its initial constants")
+        rows.append(self._new_corpus(0, boot, init, "global", None))
+        self.ctx.probe = build_probe(self.evaluator, self.ctx.train)
+        for stem, prog in seeds:
+            rows.append(self._program_row(prog, prog.source, (), f"seed:{stem}", 0))
+            self._register(prog, 0)
+        jobs = [(p, child_seed(cfg.run.seed, 0, i)) for i, (_s, p) in enumerate(seeds)]
+        first = self.pool.map(jobs)
+        rows += [self._eval_row(0, p, "seed", f"seed:{s}", r) for (s, p), r in zip(
+            seeds, first, strict=True)]
+        ok = [(r.loss, p.id, p, r) for (_s, p), r in zip(seeds, first, strict=True) if r.ok]
+        if not ok:
+            raise UserError("no seed program could be fitted: " + first[0].reason)
+        _loss, _pid, champ, champ_res = min(ok, key=lambda t: (t[0], t[1]))
+        self.log(f"run {self.run_id}: re-simulating with the best seed {champ.id[:12]}")
+        corpus = self._new_corpus(0, champ, champ_res.groups or {}, self.ctx.scope, None)
+        rows.append(corpus)
+        self.pool.reset()
+        jobs = [(p, child_seed(cfg.run.seed, 0, len(seeds) + i))
+                for i, (_s, p) in enumerate(seeds)]
+        second = self.pool.map(jobs)
+        for (stem, prog), res in zip(seeds, second, strict=True):
+            rows.append(self._eval_row(0, prog, "refit", f"seed:{stem}", res))
+            self._accept(prog, res, 0)
+        best = st.grid.best()
+        corpus.champion_loss = best.loss if best else None
+        st.ref_loss = best.loss if best else float("inf")
+        return rows
+
+    # ---- generation g >= 1 ----------------------------------------------------------------
+    def _generation(self, g: int) -> list[Any]:
+        cfg, st = self.cfg, self.state
+        rows: list[Any] = []
+        elites = st.grid.elites()
+        sel = generation_rng(cfg.run.seed, g, PURPOSE_SELECT)
+        k = cfg.search.children * cfg.search.parents_per_child
+        parents = [self._parent(e.program_id) for e in select_parents(elites, sel, k)]
+        front = sorted(self._frontier().members, key=lambda e: (e.loss, e.program_id))
+        insp = [self._parent(e.program_id) for e in front[: cfg.search.inspirations]]
+        proposals = self.operator.propose(parents, insp, generation_rng(
+            cfg.run.seed, g, PURPOSE_OPERATOR), cfg.search.children)
+        rows += self._llm_rows(g, proposals)
+        jobs: list[tuple[int, Program, Proposal]] = []
+        for i, prop in enumerate(proposals):
+            prog, pid, reason, new_rows = self._screen(g, prop)
+            rows += new_rows
+            budget = cfg.run.max_evaluations
+            if prog is not None and budget and st.n_fitted + len(jobs) >= budget:
+                reason, prog = "evaluation budget exhausted", None
+            if prog is None:
+                rows.append(Evaluation(run_id=self.run_id, generation=g, seq=st.next_seq(g),
+                                       program_id=pid, kind="screen", operator=prop.operator,
+                                       corpus_version=self.evaluator.corpus_version,
+                                       constants=None, metrics=None, loss=None,
+                                       complexity=None, n_evals=0, status="rejected",
+                                       reason=reason))
+            else:
+                jobs.append((i, prog, prop))
+        results = self.pool.map([(p, child_seed(cfg.run.seed, g, i)) for i, p, _ in jobs])
+        for (_i, prog, prop), res in zip(jobs, results, strict=True):
+            rows.append(self._eval_row(g, prog, "child", prop.operator, res))
+            st.n_fitted += 1
+            self._accept(prog, res, g)
+        rows += self._maybe_refresh(g)
+        return rows
+
+    def _screen(self, g: int, prop: Proposal
+                ) -> tuple[Program | None, str | None, str, list[Any]]:
+        """Parse and de-duplicate one proposal before any fitting.
+
+        Returns (program to fit or None, id to record, rejection reason, program rows).
+        """
+        st, cfg = self.state, self.cfg
+        if prop.source is None:
+            return None, None, prop.error or "operator returned no source", []
+        try:
+            prog = parse_program(prop.source)
+        except ProgramError as exc:
+            pid = source_id(prop.source)
+            rows = [] if pid in st.seen_ids else [
+                self._program_row(None, prop.source, prop.parent_ids, prop.operator, g, pid)]
+            st.seen_ids.add(pid)
+            return None, pid, f"does not parse: {exc}", rows
+        if prog.id in st.seen_ids:
+            return None, prog.id, f"duplicate of program {prog.id[:12]}", []
+        row = self._program_row(prog, prog.source, prop.parent_ids, prop.operator, g)
+        twin = st.fingerprints.get(row.fingerprint) if cfg.search.dedup_fingerprint else None
+        self._register(prog, g)
+        if prog.complexity > cfg.search.complexity_cap:
+            return None, prog.id, (f"complexity {prog.complexity} > cap "
+                                   f"{cfg.search.complexity_cap}"), [row]
+        if twin is not None:
+            return None, prog.id, f"same predictions as program {twin[:12]}", [row]
+        return prog, prog.id, "", [row]
+
+    # ---- corpus refresh -------------------------------------------------------------------
+    def _maybe_refresh(self, g: int) -> list[Any]:
+        cfg, st = self.cfg.search, self.state
+        best = st.grid.best()
+        if (best is None or cfg.max_refreshes <= st.n_refreshes
+                or g - st.last_refresh_gen < cfg.refresh_min_gap
+                or not best.loss < st.ref_loss * (1.0 - cfg.refresh_margin)):
+            return []
+        info = st.info[best.program_id]
+        self.log(f"\nrun {self.run_id} gen {g}: champion {best.program_id[:12]} loss "
+                 f"{best.loss:.4f} < {st.ref_loss:.4f}; re-simulating corpora")
+        row = self._new_corpus(g, info.program, info.groups, self.ctx.scope, None)
+        self.pool.reset()
+        rows: list[Any] = [row]
+        old = st.grid.elites()
+        st.grid = self._new_grid()
+        for e in old:  # re-score every elite on the new corpora with its constants
+            prev = st.info[e.program_id]
+            res = score_program(self.ctx, prev.program, prev.groups)
+            rows.append(self._eval_row(g, prev.program, "rescore", "rescore", res))
+            self._accept(prev.program, res, e.generation)
+        new_best = st.grid.best()
+        st.ref_loss = row.champion_loss = new_best.loss if new_best else float("inf")
+        st.n_refreshes += 1
+        st.last_refresh_gen = g
+        return rows
+
+    def _new_corpus(self, g: int, prog: Program, groups: dict, scope: str,
+                    champion_loss: float | None) -> CorpusVersion:
+        version = refresh(self.ctx, prog, groups, scope)
+        st = self.state
+        row = CorpusVersion(run_id=self.run_id, seq=len(st.corpus_rows), version=version,
+                            generation=g, program_id=prog.id, scope=scope, constants=groups,
+                            names=self.ctx.names, window_steps=self.ctx.window_steps,
+                            champion_loss=champion_loss)
+        st.corpus_rows.append(row)
+        st.programs[prog.id] = prog
+        return row
+
+    def _rebuild_corpus(self, row: CorpusVersion) -> None:
+        prog = self.state.programs[row.program_id]
+        version = refresh(self.ctx, prog, row.constants, row.scope)
+        if version != row.version:
+            raise ArchiveError(f"run {self.run_id}: rebuilt corpus version {version} != "
+                               f"stored {row.version}; data or simulator changed")
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+    def _register(self, prog: Program, g: int) -> None:
+        """Mark a parsed program as seen; it claims its fingerprint per the state's rule."""
+        st = self.state
+        st.seen_ids.add(prog.id)
+        st.programs[prog.id] = prog
+        fp = st.fp_of.get(prog.id)
+        if fp is not None and registers_fingerprint(g, prog.complexity,
+                                                    self.cfg.search.complexity_cap):
+            st.fingerprints.setdefault(fp, prog.id)
+
+    def _accept(self, prog: Program, res: Scored, g: int) -> None:
+        if res.ok:
+            self.state.remember(prog, res)
+            self.state.grid.try_insert(Elite(prog.id, res.loss, prog.complexity,
+                                             len(prog.features), g))
+
+    def _parent(self, pid: str) -> Parent:
+        info = self.state.info[pid]
+        errors = {n: dict(info.metrics[n]["ape"]) for n in self.ctx.train if n in info.metrics}
+        return Parent(program=info.program, constants=info.groups, loss=info.loss,
+                      train_errors=errors)
+
+    def _frontier(self) -> Frontier:
+        return Frontier.from_elites(self.state.grid.elites(), self.cfg.search.pick_tolerance)
+
+    def _program_row(self, prog: Program | None, source: str, parents: Any, operator: str,
+                     g: int, pid: str | None = None) -> ProgramRow:
+        fp = None
+        if prog is not None:
+            fp = fingerprint(prog, self.ctx.probe, self.cfg.search.fingerprint_digits) \
+                if self.ctx.probe is not None else None
+            self.state.fp_of[prog.id] = fp
+        return ProgramRow(run_id=self.run_id, id=prog.id if prog else pid,
+                          seq=self.state.next_seq(g, "program"), source=source,
+                          parent_ids=list(parents), operator=operator, generation=g,
+                          complexity=prog.complexity if prog else None,
+                          n_features=len(prog.features) if prog else None, fingerprint=fp)
+
+    def _eval_row(self, g: int, prog: Program, kind: str, operator: str,
+                  res: Scored) -> Evaluation:
+        return Evaluation(run_id=self.run_id, generation=g, seq=self.state.next_seq(g),
+                          program_id=prog.id, kind=kind, operator=operator,
+                          corpus_version=self.evaluator.corpus_version,
+                          constants=res.groups, metrics=res.metrics or None,
+                          loss=res.loss, complexity=prog.complexity, n_evals=res.n_evals,
+                          status="accepted" if res.ok else "rejected", reason=res.reason)
+
+    def _llm_rows(self, g: int, proposals: list[Proposal]) -> list[Any]:
+        rows, seen = [], set()
+        for prop in proposals:
+            call = prop.llm_call
+            if call is None or id(call) in seen:
+                continue
+            seen.add(id(call))
+            row = llm_row(self.run_id, g, len(rows), call)
+            self.state.llm_tokens += row.prompt_tokens + row.completion_tokens
+            self.state.llm_cost += row.cost_usd
+            rows.append(row)
+        return rows
+
+    def _snapshot(self, g: int) -> list[Any]:
+        rows: list[Any] = [GridCell(run_id=self.run_id, generation=g, cell=f"{c[0]},{c[1]}",
+                                    program_id=e.program_id, loss=e.loss,
+                                    complexity=e.complexity, n_features=e.n_features,
+                                    elite_generation=e.generation)
+                           for c, e in self.state.grid.cells()]
+        front = self._frontier()
+        pick = front.pick()
+        rows += [FrontierRow(run_id=self.run_id, generation=g, position=i,
+                             program_id=e.program_id, loss=e.loss, complexity=e.complexity,
+                             picked=pick is not None and e.program_id == pick.program_id)
+                 for i, e in enumerate(front.members)]
+        return rows
+
+
+def _progress(cfg: Config, start: int) -> Any:
+    if not cfg.run.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=cfg.run.generations + 1, initial=start, file=sys.stderr,
+                desc="generations", unit="gen", dynamic_ncols=True)

@@ -1,0 +1,171 @@
+"""NSGA-II ranking, parent selection and the loss-vs-complexity frontier.
+
+Why: the grid keeps diversity, but parents should still lean towards programs that are good
+on *both* objectives (training loss, complexity; both minimised). NSGA-II's non-dominated
+rank and crowding distance (from pymoo, so the ranking is the textbook one) give that
+pressure; a binary tournament turns it into a selection probability.
+
+Interface (used by ``evolve.search.loop``, ``evolve.commands.frontier``):
+
+* ``rank_and_crowding(objs) -> (rank, crowding)``: ``objs`` is ``(n, m)``, all minimised;
+  ``rank`` 0 is the first front; ``crowding`` is pymoo's crowding distance within each
+  front (``inf`` at front ends and in fronts of <= 2 points).
+* ``select_parents(elites, rng, k) -> list[Elite]``: ``k`` binary tournaments; the winner
+  has the lower rank, then the larger crowding, then the lower loss, then the smaller
+  program id. Elites are first put in a canonical order, so the result depends only on the
+  set of elites and the state of ``rng``.
+* :class:`Frontier` – the non-dominated set as a first-class object (PySR's hall of
+  fame): ``Frontier.from_elites(elites, tolerance=1.5)``, ``.members`` sorted by
+  complexity, ``.scores``, ``.pick()``, and ``.rule`` (a sentence the CLI prints).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from pymoo.operators.survival.rank_and_crowding.metrics import calc_crowding_distance
+from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+from evolve.search.grid import Elite
+
+DEFAULT_TOLERANCE = 1.5
+_TINY_LOSS = 1e-300  # log(0) guard for the frontier score
+
+
+def _finite(objs: np.ndarray) -> np.ndarray:
+    """Replace nan/inf by the largest float so dominance and crowding stay well defined."""
+    big = np.finfo(np.float64).max
+    return np.where(np.isfinite(objs), objs, big)
+
+
+def rank_and_crowding(objs: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Non-dominated rank (0 = best front) and crowding distance of each row of ``objs``."""
+    F = _finite(np.asarray(objs, dtype=np.float64))
+    if F.ndim != 2:
+        raise ValueError(f"objs must be 2-D (n, m), got shape {F.shape}")
+    n = F.shape[0]
+    rank = np.zeros(n, dtype=np.int64)
+    crowding = np.zeros(n, dtype=np.float64)
+    if n == 0:
+        return rank, crowding
+    fronts = NonDominatedSorting().do(F)
+    for r, front in enumerate(fronts):
+        front = np.sort(np.asarray(front, dtype=np.int64))
+        rank[front] = r
+        if len(front) <= 2:
+            crowding[front] = np.inf
+        else:
+            # Normalising by the front's range can overflow with the big-float stand-in.
+            with np.errstate(over="ignore", invalid="ignore"):
+                cd = calc_crowding_distance(F[front])
+            crowding[front] = np.where(np.isnan(cd), 0.0, cd)
+    return rank, crowding
+
+
+def _canonical(elites: Iterable[Elite]) -> list[Elite]:
+    return sorted(elites, key=lambda e: (e.loss, e.complexity, e.program_id, e.generation))
+
+
+def select_parents(elites: Sequence[Elite], rng: np.random.Generator, k: int) -> list[Elite]:
+    """Pick ``k`` parents (with repetition) by binary tournament on NSGA-II rank/crowding.
+
+    Each tournament draws two contestants uniformly with replacement from the canonical
+    order (loss, complexity, id); the key (rank, -crowding, loss, id) decides.
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    pool = _canonical(elites)
+    if not pool:
+        raise ValueError("select_parents needs at least one elite")
+    objs = np.array([[e.loss, float(e.complexity)] for e in pool], dtype=np.float64)
+    rank, crowding = rank_and_crowding(objs)
+
+    def key(i: int) -> tuple[int, float, float, str]:
+        e = pool[i]
+        loss = e.loss if math.isfinite(e.loss) else math.inf
+        return (int(rank[i]), -float(crowding[i]), loss, e.program_id)
+
+    draws = rng.integers(0, len(pool), size=(k, 2))
+    return [pool[min(int(a), int(b), key=key)] for a, b in draws]
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Non-dominated elites in (training loss, complexity), sorted by complexity.
+
+    Built by a sweep: sort finite-loss elites by (complexity, loss, id) and keep each one
+    whose loss is strictly lower than every simpler member's. So there is at most one
+    member per complexity, and among elites with identical objectives the smallest id.
+
+    Pick rule (PySR's "best", adapted): ``score_0 = 0`` and, for consecutive members,
+    ``score_i = -(log loss_i - log loss_{i-1}) / (complexity_i - complexity_{i-1})``, the
+    relative loss bought per unit of complexity. Among members with
+    ``loss <= tolerance * min frontier loss``, pick the highest score; ties go to the
+    simpler member. With one such member, that is the most accurate program.
+    """
+
+    members: tuple[Elite, ...]
+    tolerance: float = DEFAULT_TOLERANCE
+
+    @classmethod
+    def from_elites(cls, elites: Iterable[Elite],
+                    tolerance: float = DEFAULT_TOLERANCE) -> Frontier:
+        if not tolerance >= 1.0:
+            raise ValueError(f"tolerance must be >= 1, got {tolerance}")
+        ordered = sorted((e for e in elites if math.isfinite(e.loss)),
+                         key=lambda e: (e.complexity, e.loss, e.program_id, e.generation))
+        members: list[Elite] = []
+        for e in ordered:
+            # Within one complexity the first (lowest loss) comes first, so a later elite of
+            # the same complexity can never pass this test.
+            if not members or e.loss < members[-1].loss:
+                members.append(e)
+        return cls(tuple(members), float(tolerance))
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __iter__(self) -> Iterator[Elite]:
+        return iter(self.members)
+
+    @property
+    def scores(self) -> tuple[float, ...]:
+        """PySR score of each member (see the class docstring); the first is 0."""
+        out: list[float] = []
+        for i, e in enumerate(self.members):
+            if i == 0:
+                out.append(0.0)
+                continue
+            prev = self.members[i - 1]
+            dlog = math.log(max(e.loss, _TINY_LOSS)) - math.log(max(prev.loss, _TINY_LOSS))
+            out.append(-dlog / (e.complexity - prev.complexity))
+        return tuple(out)
+
+    @property
+    def rule(self) -> str:
+        """The pick rule in one sentence, with this frontier's tolerance."""
+        return (f"pick = highest score -dlog(loss)/dcomplexity between consecutive frontier "
+                f"members, among members with loss <= {self.tolerance:g} x the lowest "
+                f"frontier loss (ties: simpler; PySR 'best' rule)")
+
+    def pick(self) -> Elite | None:
+        """The member chosen by :attr:`rule`, or None for an empty frontier."""
+        if not self.members:
+            return None
+        limit = self.tolerance * min(e.loss for e in self.members)
+        scores = self.scores
+        best: int | None = None
+        for i, e in enumerate(self.members):
+            if e.loss <= limit and (best is None or scores[i] > scores[best]):
+                best = i
+        assert best is not None  # the most accurate member always qualifies
+        return self.members[best]
+
+    def rows(self) -> list[tuple[int, float, float, str]]:
+        """``(complexity, loss, score, program_id)`` per member, for tables."""
+        return [(e.complexity, e.loss, s, e.program_id)
+                for e, s in zip(self.members, self.scores, strict=True)]
