@@ -6,8 +6,8 @@
 * ``roofline``: BLIS ``roofline`` (sim/latency/roofline.go): max(compute at MFU 0.45
   prefill / 0.30 decode, memory traffic at peak bandwidth), summed per request.
 * ``linear``: ``b0 + b1*prefill_tokens + b2*decode_tokens`` per model, fitted here to the
-  train-split runs of that model (teacher forced, Nelder-Mead in log space, re-simulated
-  twice so the corpora reflect the fitted model).
+  train-split runs of that model (the teacher-forced loss is linear in the coefficients:
+  solved exactly by NNLS, re-simulated three times so the batches follow the fit).
 
 Both BLIS models need per-model architecture factors; they travel in the constant vector
 (``c``) next to the coefficients, so one compiled function serves every model. Batch sums
@@ -21,12 +21,12 @@ from collections.abc import Sequence
 
 import numba as nb
 import numpy as np
-from scipy.optimize import minimize
+from scipy.optimize import nnls
 
 from evaluator.api import ConstMap, Evaluator, StepModel
+from evaluator.corpus import wait_limit_us
 from evaluator.glossary import FEATURE_INDEX as FI
 from evaluator.scenarios import Scenario
-from evaluator.score import loss
 from evaluator.simulator import _STEP_SIG
 
 TP_ALPHA = (15563.2, 777.3, 45.9)
@@ -159,37 +159,68 @@ LINEAR = StepModel("linear-per-model", _lin_vector, _lin_scalar)
 LINEAR_INIT = np.array([5000.0, 10.0, 50.0])
 
 
-def fit_linear(ev: Evaluator, rounds: int = 2) -> ConstMap:
-    """Fit ``LINEAR`` per model on that model's train runs; return constants per scenario."""
+def _linear_rows(sc: Scenario, corpus, max_rows: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the (exactly linear) teacher-forced E2E/TTFT equations of one run.
+
+    With ``t = b0 + b1*prefill_tokens + b2*decode_tokens`` a request's teacher-forced
+    latency is its pre-admission wait plus ``b`` dotted with the sums of (1, prefill
+    tokens, decode tokens) over its lifetime: linear in ``b``. One row per request (a
+    deterministic subsample), relative to its measured E2E and TTFT, so runs and load
+    stages with different batch mixes pin down all three coefficients.
+    """
+    m = sc.measured
+    ok = (corpus.last_step >= 0) & (corpus.first_step >= 0) & ~corpus.aborted
+    ok &= ~m.failed & np.isfinite(m.e2e_s) & np.isfinite(m.ttft_s)
+    ok &= corpus.wait_us <= wait_limit_us(m.ttft_s)
+    idx = np.flatnonzero(ok)
+    idx = idx[:: max(1, idx.size // max_rows)]
+    basis = np.vstack([np.ones(corpus.n_steps), corpus.stats[2], corpus.stats[3]])
+    cs = np.cumsum(basis, axis=1)
+    adm = corpus.admit_step[idx]
+    before = np.where(adm > 0, cs[:, np.maximum(adm - 1, 0)], 0.0)
+    to_first = cs[:, corpus.first_step[idx]] - before
+    to_last = cs[:, corpus.last_step[idx]] - before
+    wait = corpus.wait_us[idx]
+    e2e, ttft = m.e2e_s[idx] * 1e6, m.ttft_s[idx] * 1e6
+    a = np.hstack([to_last / e2e, to_first / ttft]).T / np.sqrt(idx.size)
+    y = np.concatenate([1.0 - wait / e2e, 1.0 - wait / ttft]) / np.sqrt(idx.size)
+    return a, y
+
+
+def fit_linear(ev: Evaluator, rounds: int = 6) -> ConstMap:
+    """Fit ``LINEAR`` per model on that model's train runs; return constants per scenario.
+
+    Each round simulates the train runs closed loop with the current constants, then
+    solves the linear teacher-forced equations by NNLS; a few rounds let the batches
+    follow the fitted model.
+    """
     consts = {s.name: LINEAR_INIT.copy() for s in ev.scenarios}
-    models = sorted({s.model for s in ev.scenarios})
     train = ev.names("train")
     for _ in range(rounds):
-        ev.refresh_corpora(LINEAR, consts, names=train)
-        for m in models:
-            names = [s.name for s in ev.scenarios if s.model == m and s.name in train]
-            if not names:
+        sims = ev.simulate(LINEAR, consts, names=train)
+        for m in sorted({s.model for s in ev.scenarios}):
+            rows = [_linear_rows(ev.by_name[n], sims[n].corpus)
+                    for n in train if ev.by_name[n].model == m]
+            if not rows:
                 continue
-
-            def obj(x: np.ndarray, names: Sequence[str] = names) -> float:
-                c = np.exp(x)
-                val = loss(ev.score(LINEAR, dict.fromkeys(names, c), names), names)
-                return val if np.isfinite(val) else 1e6
-
-            x0 = np.log(consts[names[0]])
-            res = minimize(obj, x0, method="Nelder-Mead",
-                           options={"maxfev": 400, "xatol": 1e-4, "fatol": 1e-6})
+            b, _ = nnls(np.vstack([r[0] for r in rows]), np.concatenate([r[1] for r in rows]))
+            b = np.maximum(b, [1.0, 0.0, 0.0])  # keep every step time positive
             for s in ev.scenarios:
-                if s.model == m:
-                    consts[s.name] = np.exp(res.x)
+                if s.model == m:  # damped: batches and coefficients settle together
+                    consts[s.name] = 0.5 * consts[s.name] + 0.5 * b
     return consts
 
 
-def baseline_models(ev: Evaluator) -> dict[str, tuple[StepModel, ConstMap]]:
+def baseline_models(ev: Evaluator, only: Sequence[str] | None = None
+                    ) -> dict[str, tuple[StepModel, ConstMap]]:
     """Each baseline with its constants per scenario (the linear one fitted here)."""
-    return {
-        "trained-physics": (TRAINED_PHYSICS,
-                            {s.name: trained_physics_consts(s) for s in ev.scenarios}),
-        "roofline": (ROOFLINE, {s.name: roofline_consts(s) for s in ev.scenarios}),
-        "linear": (LINEAR, fit_linear(ev)),
-    }
+    out: dict[str, tuple[StepModel, ConstMap]] = {}
+    want = set(only or ("trained-physics", "roofline", "linear"))
+    if "trained-physics" in want:
+        out["trained-physics"] = (TRAINED_PHYSICS,
+                                  {s.name: trained_physics_consts(s) for s in ev.scenarios})
+    if "roofline" in want:
+        out["roofline"] = (ROOFLINE, {s.name: roofline_consts(s) for s in ev.scenarios})
+    if "linear" in want:
+        out["linear"] = (LINEAR, fit_linear(ev))
+    return out

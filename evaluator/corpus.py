@@ -25,6 +25,20 @@ import numpy as np
 from evaluator.components import compute_features
 
 
+MIN_FIT_REQUESTS = 50
+
+
+def wait_limit_us(meas_ttft_s: np.ndarray) -> np.ndarray:
+    """Largest corpus wait (queue entry -> admission) a teacher-forced request may carry.
+
+    A request that waited much longer in the corpus than its whole measured TTFT was
+    queued behind an overload of the corpus's model; teacher forcing holds that wait
+    fixed, so it would add a constant error no constant can fix and distort the fit.
+    Such requests are left out of fitting (they still count closed loop).
+    """
+    return np.maximum(2.0 * np.nan_to_num(meas_ttft_s, nan=0.0) * 1e6, 1e5)
+
+
 @dataclass
 class Corpus:
     stats: np.ndarray  # float64[N_STATS, n_steps]
@@ -37,6 +51,8 @@ class Corpus:
     last_step: np.ndarray  # int64[n_req]: step that produced the last token, -1 if none
     aborted: np.ndarray  # bool[n_req]: hit the client timeout
     output_tokens: np.ndarray  # int64[n_req]
+    preemptions: np.ndarray  # int64[n_req]: times the request was preempted
+    kv_used: np.ndarray  # int64[n_steps]: KV blocks allocated during the step
     member_ptr: np.ndarray | None = None  # int64[n_steps + 1]
     member_req: np.ndarray | None = None  # int32[n_members]
     member_new: np.ndarray | None = None  # int32[n_members]
@@ -88,6 +104,7 @@ def build_fit_set(scenario, corpus: Corpus, window_steps: int = 3000) -> FitSet:
     m = scenario.measured
     done = (corpus.last_step >= 0) & ~corpus.aborted & (corpus.first_step >= 0)
     ok = done & ~m.failed & np.isfinite(m.e2e_s) & np.isfinite(m.ttft_s)
+    ok &= corpus.wait_us <= wait_limit_us(m.ttft_s)
     life = corpus.last_step[done] - corpus.admit_step[done]
     width = max(window_steps, 4 * int(np.median(life)) if life.size else 0)
     feats, keep, adm, fst, lst = [], [], [], [], []
@@ -107,6 +124,12 @@ def build_fit_set(scenario, corpus: Corpus, window_steps: int = 3000) -> FitSet:
                          (lst, corpus.last_step)):
             dst.append(src[r] - lo + offset)
         offset += hi - lo
+    if sum(r.size for r in keep) < MIN_FIT_REQUESTS and ok.sum() > sum(r.size for r in keep):
+        # Windows too sparse (e.g. an overloaded run): use the whole corpus instead.
+        r = np.flatnonzero(ok)
+        feats = [compute_features(corpus.stats, scenario.arch_vector)]
+        keep, adm = [r], [corpus.admit_step[r]]
+        fst, lst = [corpus.first_step[r]], [corpus.last_step[r]]
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
     req = cat(keep)
     out = scenario.output_tokens[req]

@@ -69,7 +69,7 @@ i8a = nb.int64[::1]
 _RUN_SIG = nb.types.Tuple((
     nb.int64, nb.int64, nb.int64, nb.int64,  # n_steps, err, err_step, n_preempt
     nb.float64[:, ::1], f8a, f8a,  # stats, start, end
-    i8a, i8a, i8a, nb.boolean[::1],  # admit, first, last, aborted
+    i8a, i8a, i8a, nb.boolean[::1], i8a, i8a,  # admit, first, last, aborted, preempts, kv
     i8a, nb.int32[::1], nb.int32[::1], nb.int32[::1], nb.boolean[::1], nb.float64[::1],
 ))(STEP_FN_TYPE, f8a, f8a, f8a, f8a, i8a, i8a, i8a, i8a,
   nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean)
@@ -104,6 +104,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
     first = np.full(n, -1, np.int64)
     last = np.full(n, -1, np.int64)
     aborted = np.zeros(n, np.bool_)
+    pre_cnt = np.zeros(n, np.int64)
     n_groups = 1
     for i in range(n):
         if group[i] + 1 > n_groups:
@@ -122,6 +123,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
         cap += output_len[i] // 4
     stats = np.zeros((N_STATS, cap), np.float64)
     begin = np.zeros(cap, np.float64)
+    kv_used = np.zeros(cap, np.int64)
     end = np.zeros(cap, np.float64)
     mcap = 1024 if not record else cap * 8
     m_ptr = np.zeros(cap + 1, np.int64)
@@ -203,6 +205,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
                 w_len += 1
                 preempted = True
                 n_preempt += 1
+                pre_cnt[v] += 1
                 if v == r:
                     self_preempted = True
                     break
@@ -261,12 +264,13 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
                 now = max(now, deadline[dl])
                 continue
             return (step, ERR_STUCK, step, n_preempt, stats, begin, end, admit, first, last,
-                    aborted, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
+                    aborted, pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
 
         if step >= cap:
             cap = cap * 2
             stats = _grow2(stats, cap)
             begin = _grow1(begin, cap)
+            kv_used = _grow1(kv_used, cap)
             end = _grow1(end, cap)
             m_ptr = _grow1(m_ptr, cap + 1)
         if record and n_mem + n_s > m_req.shape[0]:
@@ -311,10 +315,11 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
         d = fn(fvec, consts)
         if not (d > 0.0 and d < 1e12):
             return (step, ERR_BAD_STEP, step, n_preempt, stats, begin, end, admit, first, last,
-                    aborted, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
+                    aborted, pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
         for q in range(N_STATS):
             stats[q, step] = st1[q, 0]
         begin[step] = now
+        kv_used[step] = kv_blocks - free
         now = now + d
         end[step] = now
         m_ptr[step + 1] = n_mem
@@ -347,7 +352,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
         n_run = k
         step += 1
     return (step, ERR_NONE, -1, n_preempt, stats, begin, end, admit, first, last, aborted,
-            m_ptr, m_req, m_new, m_kv, m_pf, m_len)
+            pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
 
 
 @dataclass
@@ -378,7 +383,7 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
                order, int(shared), sv.max_num_seqs, sv.max_batched_tokens, sv.block_size,
                sv.kv_blocks, bool(record_members))
     (n_steps, err, err_step, n_pre, stats, begin, end, admit, first, last, aborted,
-     m_ptr, m_req, m_new, m_kv, m_pf, _m_len) = out
+     pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, _m_len) = out
     end_us = end[:n_steps].copy()
     sel = admit >= 0
     wait = np.zeros(scenario.n_requests)
@@ -387,7 +392,8 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
                     arrival_us=scenario.arrival_us.copy(), queue_us=delay,
                     wait_us=wait,
                     admit_step=admit, first_step=first, last_step=last, aborted=aborted,
-                    output_tokens=scenario.output_tokens.astype(np.int64))
+                    output_tokens=scenario.output_tokens.astype(np.int64),
+                    preemptions=pre_cnt, kv_used=kv_used[:n_steps].copy())
     if record_members:
         nm = int(m_ptr[n_steps])
         corpus.member_ptr = m_ptr[: n_steps + 1].copy()

@@ -9,7 +9,8 @@ numpy or math and the helpers. So the generated code cannot name anything else.
 
 Numerics: the vector function runs under ``np.errstate(all="ignore")`` and its literals are
 ``np.float64`` (so ``1.0 / 0.0`` is ``inf``, never ``ZeroDivisionError``); the scalar
-function is compiled with numba's ``error_model="numpy"`` for the same reason. Bad values
+function is compiled with numba's ``error_model="numpy"`` for the same reason (its literals
+are global floats, which numba freezes as constants, not foldable Python literals). Bad values
 are caught afterwards by ``language.check_outputs``. ``maximum``/``minimum`` propagate NaN in
 both forms, like numpy and Go's ``math.Max``.
 """
@@ -62,6 +63,14 @@ class _Translate(ast.NodeTransformer):
 
     def __init__(self, receiver: str, fields: dict[str, int], consts: dict[str, int]):
         self.receiver, self.fields, self.consts = receiver, fields, consts
+        self.literals: dict[str, Any] = {}
+
+    def literal(self, value: Any) -> ast.Name:
+        """Literals become global names: CPython's constant folder would otherwise turn
+        ``(-8.0) ** 0.5`` into a complex number or ``1.0 / 0.0`` into an exception."""
+        name = f"k{len(self.literals)}"
+        self.literals[name] = value
+        return ast.Name(name, ast.Load())
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
         assert isinstance(node.value, ast.Name)
@@ -77,14 +86,8 @@ class _Translate(ast.NodeTransformer):
 
 
 class _ToNumpy(_Translate):
-    def __init__(self, *args: Any):
-        super().__init__(*args)
-        self.literals: dict[str, np.float64] = {}
-
     def visit_Constant(self, node: ast.Constant) -> ast.Name:
-        name = f"k{len(self.literals)}"
-        self.literals[name] = np.float64(node.value)
-        return ast.Name(name, ast.Load())
+        return self.literal(np.float64(node.value))
 
     def visit_Call(self, node: ast.Call) -> ast.Call:
         assert isinstance(node.func, ast.Name)
@@ -92,8 +95,8 @@ class _ToNumpy(_Translate):
 
 
 class _ToScalar(_Translate):
-    def visit_Constant(self, node: ast.Constant) -> ast.Constant:
-        return ast.Constant(float(node.value))
+    def visit_Constant(self, node: ast.Constant) -> ast.Name:
+        return self.literal(float(node.value))
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
         assert isinstance(node.func, ast.Name)
@@ -164,9 +167,10 @@ def compile_program(program: Program) -> CompiledProgram:
     vec_mod = _generate(program.step_tree, vec_tr, "_vec")
     vector_fn = _vectorise(_load(vec_mod, "_vec", {"np": np, **vec_tr.literals}, label), label)
 
-    sca_mod = _generate(program.step_tree, _ToScalar("f", FEATURE_INDEX, consts), "_scalar")
+    sca_tr = _ToScalar("f", FEATURE_INDEX, consts)
+    sca_mod = _generate(program.step_tree, sca_tr, "_scalar")
     raw = _load(sca_mod, "_scalar", {"math": math, "abs": abs, "_maximum": _maximum,
-                                     "_minimum": _minimum}, label)
+                                     "_minimum": _minimum, **sca_tr.literals}, label)
     try:
         scalar_fn = numba.njit(SCALAR_SIGNATURE, error_model="numpy")(raw)
     except Exception as exc:  # a checked program should always compile; report if not

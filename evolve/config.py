@@ -35,6 +35,9 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
         base_url: str = field(default="", metadata={"doc": "OpenAI-compatible base URL"})
 
 
+NOT_STORED = ("archive", "workers", "progress")
+
+
 class ConfigError(UserError):
     """A configuration file or value is invalid; the message is one line."""
 
@@ -130,9 +133,14 @@ class Config:
         return dataclasses.asdict(self)
 
     def stored_dict(self) -> dict[str, Any]:
-        """What is stored with a run: everything but the archive path (the file itself)."""
+        """What is stored with a run: everything that can change its results.
+
+        Left out: the archive path (it is the file itself), and the knobs that only change
+        speed or display (workers, progress), so two equal runs store equal configs.
+        """
         d = self.to_dict()
-        d["run"]["archive"] = ""
+        for key in NOT_STORED:
+            del d["run"][key]
         return d
 
     @classmethod

@@ -103,7 +103,8 @@ class _Box:
     def from_unit(self, x: np.ndarray) -> np.ndarray:
         """Unit coordinates (..., n) to constants, clipped into the declared bounds."""
         t = self.lo_t + np.clip(x, 0.0, 1.0) * (self.hi_t - self.lo_t)
-        return np.clip(np.where(self.log, np.exp(t), t), self.low, self.high)
+        return np.clip(np.where(self.log, np.exp(np.where(self.log, t, 0.0)), t), self.low,
+                       self.high)
 
 
 def _derived_seed(seed: int, group: str, restart: int) -> int:

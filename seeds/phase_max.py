@@ -1,3 +1,4 @@
+# ruff: noqa: F821  (a program in the evolve language: its calls are the language's own)
 """Phase max: prefill and decode work overlap within a step, so the slower phase sets it.
 
 Prefill is priced by its compute (GEMMs + causal attention), decode by the memory it must

@@ -1,3 +1,4 @@
+# ruff: noqa: F821  (a program in the evolve language: its calls are the language's own)
 """Two regimes: small batches are memory bound, large ones compute bound.
 
 Below a fitted token count (`knee`) a step streams the weights and KV cache and its

@@ -1,3 +1,4 @@
+# ruff: noqa: F821  (a program in the evolve language: its calls are the language's own)
 """Roofline: a step costs the larger of its compute time and its memory time.
 
 Compute (all GEMMs and attention) and memory traffic (weights, KV reads and writes) each

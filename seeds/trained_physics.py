@@ -1,3 +1,4 @@
+# ruff: noqa: F821  (a program in the evolve language: its calls are the language's own)
 """BLIS trained-physics: roofline bases, each scaled by a learned correction, plus overheads.
 
 The idea (BLIS sim/latency/trained_physics_model.go, restated in our glossary):

@@ -11,13 +11,15 @@ would have written.
 from __future__ import annotations
 
 import datetime as dt
+import re
+import sqlite3
 import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event, func, inspect, select
-from sqlalchemy.exc import DatabaseError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.archive.models import (
@@ -35,6 +37,12 @@ from evolve.archive.models import (
 from evolve.cli import UserError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# Informational columns: wall clock and code version. Never read by any decision, and left
+# out when two archives are compared for determinism.
+INFORMATIONAL: dict[str, frozenset[str]] = {
+    "runs": frozenset({"created_at", "finished_at", "code_version"}),
+    "llm_calls": frozenset({"latency_s"}),
+}
 
 
 class ArchiveError(UserError):
@@ -91,10 +99,10 @@ class Archive:
                     raise ArchiveError(f"{self.path}: archive schema version "
                                        f"{versions[0] if versions else '?'}, this evolve "
                                        f"reads version {SCHEMA_VERSION}")
-        except DatabaseError as exc:
+        except (SQLAlchemyError, sqlite3.DatabaseError) as exc:
             self.engine.dispose()
-            raise ArchiveError(f"{self.path}: corrupt archive "
-                               f"({str(exc.orig).splitlines()[0]})") from None
+            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            raise ArchiveError(f"{self.path}: corrupt archive ({detail})") from None
         except ArchiveError:
             self.engine.dispose()
             raise
@@ -175,11 +183,11 @@ class Archive:
     def resolve_id(self, prefix: str) -> str:
         """The full program id starting with ``prefix``; unknown or ambiguous is an error."""
         prefix = prefix.strip().lower()
-        if not prefix:
-            raise ArchiveError("empty program id")
+        if not re.fullmatch(r"[0-9a-f]{1,64}", prefix):
+            raise ArchiveError(f"{self.path}: no program with id {prefix!r} (ids are hex)")
         with self._session() as s:
             ids = sorted(set(s.scalars(select(ProgramRow.id).where(
-                ProgramRow.id.like(prefix.replace("%", "").replace("_", "") + "%")))))
+                ProgramRow.id.like(prefix + "%")))))
         if not ids:
             raise ArchiveError(f"{self.path}: no program with id {prefix!r}")
         if len(ids) > 1:
@@ -256,13 +264,19 @@ class Archive:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(tbl.select().order_by(*order))]
 
+    def comparable(self) -> dict[str, list[dict[str, Any]]]:
+        """Every table without its informational columns: equal for equal runs."""
+        out = {}
+        for name in sorted(Base.metadata.tables):
+            skip = INFORMATIONAL.get(name, frozenset())
+            out[name] = [{k: v for k, v in row.items() if k not in skip}
+                         for row in self.table_rows(name)]
+        return out
+
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     """Durable commits and a busy timeout (a viewer may read while a run writes)."""
-    try:
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout = 10000")
-        cur.execute("PRAGMA synchronous = FULL")
-        cur.close()
-    except Exception as exc:  # pragma: no cover - surfaced as a corrupt archive later
-        raise SQLAlchemyError(str(exc)) from exc
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA busy_timeout = 10000")
+    cur.execute("PRAGMA synchronous = FULL")
+    cur.close()

@@ -14,17 +14,20 @@ import re
 
 from evolve.export.go_expr import ExportError, ExprTranslator, format_expr
 
-GO_KEYWORDS = frozenset("""
-break case chan const continue default defer else fallthrough for func go goto if import
-interface map package range return select struct switch type var
-""".split())
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+GO_KEYWORDS = _words(
+    "break case chan const continue default defer else fallthrough for func go goto if import "
+    "interface map package range return select struct switch type var")
 # Predeclared identifiers and names the generated functions use: shadowing them would
 # compile but read badly, so locals with these names get a suffix.
-GO_TAKEN = frozenset("""
-any append bool byte cap clear close complex copy delete error false float32 float64 imag
-int int64 iota len make max min new nil panic print println real recover rune string true
-uint math sim fmt strings f c r m
-""".split())
+GO_TAKEN = _words(
+    "any append bool byte cap clear close complex copy delete error false float32 float64 imag "
+    "int int64 iota len make max min new nil panic print println real recover rune string true "
+    "uint math sim fmt strings f c r m")
 
 
 def camel(name: str) -> str:

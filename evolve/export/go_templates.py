@@ -99,10 +99,12 @@ func New$TModelFromArch(arch $TArch, consts $TConsts) *$TModel {
 func New$TModel(coeffs sim.LatencyCoeffs, hw sim.ModelHardwareConfig) (*$TModel, error) {
 	mc := hw.ModelConfig
 	if hw.TP <= 0 || mc.NumLayers <= 0 || mc.NumHeads <= 0 || mc.HiddenDim <= 0 {
-		return nil, fmt.Errorf("evolved model $ID: TP, NumLayers, NumHeads and HiddenDim must be > 0, got %d, %d, %d, %d", hw.TP, mc.NumLayers, mc.NumHeads, mc.HiddenDim)
+		return nil, fmt.Errorf("evolved model $ID: TP, NumLayers, NumHeads and HiddenDim "+
+			"must be > 0, got %d, %d, %d, %d", hw.TP, mc.NumLayers, mc.NumHeads, mc.HiddenDim)
 	}
 	if !(hw.HWConfig.TFlopsPeak > 0) || !(hw.HWConfig.BwPeakTBs > 0) {
-		return nil, fmt.Errorf("evolved model $ID: TFlopsPeak and BwPeakTBs must be > 0, got %v, %v", hw.HWConfig.TFlopsPeak, hw.HWConfig.BwPeakTBs)
+		return nil, fmt.Errorf("evolved model $ID: TFlopsPeak and BwPeakTBs must be > 0, "+
+			"got %v, %v", hw.HWConfig.TFlopsPeak, hw.HWConfig.BwPeakTBs)
 	}
 	kvHeads := mc.NumKVHeads
 	if kvHeads == 0 {
@@ -137,7 +139,8 @@ func New$TModel(coeffs sim.LatencyCoeffs, hw sim.ModelHardwareConfig) (*$TModel,
 	}
 	if override {
 		if len(coeffs.BetaCoeffs) != $NCONST {
-			return nil, fmt.Errorf("evolved model $ID: BetaCoeffs has %d values; it takes $NCONST constants ($CNAMES) or none", len(coeffs.BetaCoeffs))
+			return nil, fmt.Errorf("evolved model $ID: BetaCoeffs has %d values; it takes "+
+				"$NCONST constants ($CNAMES) or none", len(coeffs.BetaCoeffs))
 		}
 		consts = $TConsts{$BETAFIELDS}
 	}

@@ -22,15 +22,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from evolve.cli import UserError
+
 Mode = Literal["off", "record", "replay"]
 CASSETTE_FORMAT = 1
 
 
-class CassetteError(RuntimeError):
+class CassetteError(UserError):
     """A cassette cannot be used: a corrupt line, or (in replay) a request it does not hold.
 
     A run must stop on it: continuing would break the promise that replay reproduces the
-    recorded archive.
+    recorded archive. A ``UserError``, so the CLI prints it as one line (exit code 2).
     """
 
 

@@ -194,13 +194,14 @@ def _render_user(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[P
     if kind == "mutate":
         view = views[0]
         rows, dropped = _error_rows([parents[0]], limits.error_rows)
-        view.update(error_columns=rows[0], error_rows=rows[1], rows_dropped=dropped)
+        view.update(error_columns=rows[0], error_rows=rows[1], rows_dropped=dropped,
+                    signed=_signed(parents))
         text = _env().get_template("mutate.jinja").render(parent=view, inspirations=insp)
     else:
         (columns, rows), dropped = _error_rows(parents, limits.error_rows)
         text = _env().get_template("crossover.jinja").render(
             a=views[0], b=views[1], error_columns=columns, error_rows=rows,
-            rows_dropped=dropped, inspirations=insp)
+            rows_dropped=dropped, signed=_signed(parents), inspirations=insp)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
@@ -234,10 +235,16 @@ def _error_rows(parents: Sequence[Parent], max_rows: int
     tag = len(parents) > 1
     columns = [f"{who} {label}" if tag else label
                for who in ("AB"[: len(parents)]) for _, label in present]
-    rows = [{"name": n, "cells": [_fmt_ape(p.train_errors.get(n, {}).get(k))
+    rows = [{"name": n, "cells": [_fmt_ape(p.train_errors.get(n, {}), k)
                                   for p in parents for k, _ in present]}
             for n in names[:max_rows]]
     return (columns, rows), len(names) - len(rows)
+
+
+def _signed(parents: Sequence[Parent]) -> bool:
+    """Whether any error row carries ``pred_<key>``/``meas_<key>`` (so APEs get a sign)."""
+    return any(f"pred_{k}" in m and f"meas_{k}" in m for p in parents
+               for m in p.train_errors.values() for k, _ in ERROR_COLUMNS)
 
 
 def _worst(metrics: Mapping[str, float]) -> float:
@@ -272,11 +279,19 @@ def _check_no_heldout(text: str, heldout: Collection[str]) -> None:
             raise HeldoutLeak(f"prompt mentions held-out run {name!r}")
 
 
-def _fmt_ape(v: float | None) -> str:
+def _fmt_ape(metrics: Mapping[str, float], key: str) -> str:
+    """APE in percent; signed (+ = simulated slower than measured) when the row also has
+    ``pred_<key>`` and ``meas_<key>``, which tells the model which way to correct."""
+    v = metrics.get(key)
     if v is None:
         return "-"
     v = float(v)
-    return f"{100 * v:.1f}%" if math.isfinite(v) else "invalid"
+    if not math.isfinite(v):
+        return "invalid"
+    pred, meas = metrics.get(f"pred_{key}"), metrics.get(f"meas_{key}")
+    if pred is None or meas is None or not math.isfinite(float(pred) - float(meas)):
+        return f"{100 * v:.1f}%"
+    return f"{100 * v:+.1f}%" if float(pred) >= float(meas) else f"{-100 * v:+.1f}%"
 
 
 def _fmt_loss(v: float) -> str:

@@ -104,6 +104,10 @@ def build_operator(cfg: Config, splits: dict[str, str]) -> Operator:
     return OfflineOperator(max_complexity=min(cfg.search.complexity_cap, 30))
 
 
+class _Stop(Exception):
+    """A budget ran out inside a generation; the generation is dropped, the run stops."""
+
+
 class Search:
     """One run (new or resumed) over one archive."""
 
@@ -116,16 +120,16 @@ class Search:
         self.seeds = load_seeds(cfg)
         if run_id is None:
             splits = assign_splits(self.evaluator.scenarios, cfg.split.mode)
-            self.run_id = archive.create_run(cfg.run.seed, cfg.stored_dict(), splits, None)
         else:
-            self.run_id = run_id
             splits = archive.run(run_id).splits
             missing = sorted(set(splits) - set(self.evaluator.by_name))
             if missing:
                 raise ArchiveError(f"run {run_id} used scenario {missing[0]!r}, not in the data")
+        self.operator = operator or build_operator(cfg, splits)
+        self.run_id = run_id if run_id is not None else archive.create_run(
+            cfg.run.seed, cfg.stored_dict(), splits, None)
         self.ctx = RunContext(self.evaluator, splits, cfg.fit.scope, cfg.fit.window_steps,
                               cfg.fit.max_evals, cfg.fit.restarts)
-        self.operator = operator or build_operator(cfg, splits)
         self.pool = FitPool(self.ctx, cfg.run.workers)
         self.state = LoopState(grid=self._new_grid())
 
@@ -151,7 +155,11 @@ class Search:
                 if why:
                     status = f"stopped:{why}"
                     break
-                rows = self._generation_zero() if g == 0 else self._generation(g)
+                try:
+                    rows = self._generation_zero() if g == 0 else self._generation(g)
+                except _Stop as stop:
+                    status = f"stopped:{stop}"
+                    break
                 rows += self._snapshot(g)
                 extra = {"probe": probe_bytes(self.ctx.probe)} if g == 0 else {}
                 self.archive.commit_generation(self.run_id, g, rows, **extra)
@@ -167,6 +175,9 @@ class Search:
                     break
         except KeyboardInterrupt:
             self.archive.update_run(self.run_id, status="interrupted")
+            raise
+        except Exception:
+            self.archive.update_run(self.run_id, status="failed")
             raise
         finally:
             self.pool.reset()
@@ -241,8 +252,16 @@ class Search:
         parents = [self._parent(e.program_id) for e in select_parents(elites, sel, k)]
         front = sorted(self._frontier().members, key=lambda e: (e.loss, e.program_id))
         insp = [self._parent(e.program_id) for e in front[: cfg.search.inspirations]]
-        proposals = self.operator.propose(parents, insp, generation_rng(
-            cfg.run.seed, g, PURPOSE_OPERATOR), cfg.search.children)
+        # Operators derive child i from parents[i % len(parents)] and may cross it with the
+        # others: the first K parents are the children's primaries, all are tournament
+        # winners.
+        try:
+            proposals = self.operator.propose(parents, insp, generation_rng(
+                cfg.run.seed, g, PURPOSE_OPERATOR), cfg.search.children)
+        except UserError as exc:
+            if type(exc).__name__ == "BudgetExhausted":  # the LLM operator's own budget
+                raise _Stop("llm_budget") from exc
+            raise
         rows += self._llm_rows(g, proposals)
         jobs: list[tuple[int, Program, Proposal]] = []
         for i, prop in enumerate(proposals):

@@ -299,6 +299,18 @@ def test_prompt_has_glossary_and_training_errors_only(parents):
     assert prompt.tokens <= 12000 and prompt.cuts == {}
 
 
+def test_errors_are_signed_when_pred_and_meas_are_given():
+    p = make_parent()
+    run = TRAIN_RUNS[1]
+    p.train_errors[run].update(pred_e2e_mean=12.1, meas_e2e_mean=10.0,
+                               pred_ttft_mean=0.28, meas_ttft_mean=0.5)
+    user = build_prompt("mutate", [p], [], 12000).messages[1]["content"]
+    assert f"| {run} | +21.0% | -44.0% | 12.0% |" in user
+    assert "sign + = simulated slower" in user
+    plain = build_prompt("mutate", [make_parent()], [], 12000).messages[1]["content"]
+    assert f"| {run} | 21.0% | 44.0% | 12.0% |" in plain and "sign +" not in plain
+
+
 def test_heldout_errors_never_reach_a_prompt(parents):
     leaky = make_parent()
     leaky.train_errors[HELDOUT_RUNS[0]] = {"e2e_mean": 0.1, "ttft_mean": 0.2}

@@ -1,0 +1,58 @@
+"""``evolve baselines``: the published step-time models, closed loop, on every run.
+
+Why: every claim that an evolved program is better needs the same simulator and the same
+metrics applied to the models people use today (BLIS trained-physics and roofline, and a
+per-model linear model fitted to the train runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from evolve.reporting import num, pct, table
+
+HELP = "closed-loop scores of the published models on every measured run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--only", choices=["trained-physics", "roofline", "linear"],
+                        action="append", help="run only these baselines (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluator.api import Evaluator
+    from evaluator.baselines import baseline_models
+
+    ev = Evaluator.from_data(args.data)
+    print(f"loaded {len(ev.scenarios)} runs; fitting the linear baseline and simulating...",
+          file=sys.stderr)
+    out: dict[str, dict[str, dict]] = {}
+    for name, (model, consts) in baseline_models(ev, only=args.only).items():
+        sims = ev.simulate(model, consts,
+                           progress=lambda n: print(f"  {name}: {n}", file=sys.stderr))
+        out[name] = {run: res.metrics.to_dict() for run, res in sims.items()}
+    if args.json:
+        json.dump(out, sys.stdout, indent=1, sort_keys=True)
+        print()
+        return 0
+    for name, runs in out.items():
+        rows = []
+        for run_name, m in runs.items():
+            p, me, a = m["pred"], m["meas"], m["ape"]
+            rows.append([run_name[16:], m["split"], num(me.get("e2e_mean"), 3),
+                         num(p.get("e2e_mean"), 3), pct(a.get("e2e_mean")),
+                         num(me.get("ttft_mean"), 4), num(p.get("ttft_mean"), 4),
+                         pct(a.get("ttft_mean")),
+                         f"{p.get('failures', 0):.0f}/{me.get('failures', 0):.0f}",
+                         m["reason"] or ""])
+        ok = sum(1 for m in runs.values()
+                 if "reasoning" not in m["name"] and m["ape"].get("e2e_mean", 1) < 0.10)
+        print(f"\n== {name}: {ok} of 12 non-reasoning runs within 10% mean E2E "
+              "(closed loop; times in s)")
+        print(table(["run", "split", "E2E meas", "E2E pred", "APE", "TTFT meas", "TTFT pred",
+                     "APE", "failed sim/meas", "note"], rows, right=range(2, 9)))
+    return 0

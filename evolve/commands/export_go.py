@@ -1,0 +1,204 @@
+"""``evolve export-go ID``: write an archived program as a BLIS ``LatencyModel`` Go file.
+
+Two sources: an archive (``ID`` is a program id or unique prefix; the constants, scope and
+scores come from its latest accepted evaluation in the chosen run), or a program file
+(``ID`` is a path; constants from ``--constants``, else the program's initial values), so
+the command also works without an archive. The model names BLIS may pass (``hw.Model``)
+are read from the data directory's ``requests.json`` files when it is available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "translate a program to a BLIS Go model"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", metavar="ID",
+                        help="program id (or unique prefix) in the archive, or a program file")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    parser.add_argument("--archive", default="archive.db", metavar="F", help="archive file")
+    parser.add_argument("--run", type=int, metavar="N",
+                        help="archive run to take constants from (default: latest with ID)")
+    parser.add_argument("--model", metavar="NAME",
+                        help="export only this constant group (a model, or a scenario for "
+                             "per_scenario scope); matched on group names and model ids")
+    parser.add_argument("--constants", metavar="JSON",
+                        help="program-file mode: {group: {name: value}} or {name: value} "
+                             "(global), as JSON text or a .json file")
+    parser.add_argument("--scope", choices=("global", "per_model", "per_scenario"),
+                        help="program-file mode: the constants' scope (default: global for "
+                             "one group named 'global', else per_model)")
+    parser.add_argument("--data", metavar="DIR",
+                        help="data directory for model names (default: $EVOLVE_DATA or "
+                             "../shared/data; skipped if absent)")
+
+
+def model_names(data: str | None) -> dict[str, dict[str, Any]]:
+    """Per experiment: model short name, model id, TP (read from each requests.json head).
+
+    Only the first few KB are read: these fields precede the (large) request list.
+    """
+    from evaluator.scenarios import DataError, data_dir
+
+    try:
+        root = data_dir(data)
+    except DataError:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for req in sorted((root / "experiments").glob("*/requests.json")):
+        with open(req, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(4096)
+        found = {k: re.search(rf'"{k}"\s*:\s*"?([^",}}]+)', head)
+                 for k in ("model_id", "model_short", "tensor_parallelism")}
+        if found["model_id"] is None:
+            continue
+        mid = found["model_id"].group(1)
+        short = found["model_short"].group(1) if found["model_short"] else mid.split("/")[-1]
+        tp = found["tensor_parallelism"].group(1) if found["tensor_parallelism"] else "?"
+        out[req.parent.name] = {"model": short, "model_id": mid, "tp": tp}
+    return out
+
+
+def group_infos(scope: str, groups: list[str], names: dict[str, dict[str, Any]]) -> dict:
+    """:class:`GroupInfo` per group from the experiments' model names."""
+    from evolve.export.go import GroupInfo
+
+    out = {}
+    for g in groups:
+        if scope == "per_scenario":
+            runs = {g: names[g]} if g in names else {}
+        else:
+            runs = {n: v for n, v in names.items() if v["model"] == g}
+        aliases = {g.lower()} | {v["model_id"].lower() for v in runs.values()}
+        note = ("fitted on " + ", ".join(f"{n} (tp {v['tp']})" for n, v in sorted(runs.items()))
+                if runs else "")
+        out[g] = GroupInfo(tuple(sorted(aliases)), note)
+    return out
+
+
+def _load_constants(text: str) -> dict[str, dict[str, float]]:
+    from evolve.cli import UserError
+
+    path = Path(text)
+    try:
+        raw = json.loads(path.read_text() if text.endswith(".json") and path.exists() else text)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"--constants: not a JSON object or .json file ({exc})") from None
+    if not isinstance(raw, dict):
+        raise UserError("--constants: expected a JSON object")
+    if raw and all(isinstance(v, (int, float)) for v in raw.values()):
+        raw = {"global": raw}
+    try:
+        return {str(g): {str(k): float(v) for k, v in vals.items()} for g, vals in raw.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise UserError("--constants: expected {group: {name: number}}") from None
+
+
+def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
+    from evolve.cli import UserError
+    from evolve.language import ProgramError, parse_program
+
+    try:
+        prog = parse_program(Path(args.id).read_bytes())
+    except ProgramError as exc:
+        raise UserError(f"{args.id}: {exc}") from None
+    if args.constants:
+        consts = _load_constants(args.constants)
+        meta: dict[str, Any] = {"Constants": "from --constants"}
+    else:
+        consts = {"global": {s.name: s.init for s in prog.constants}}
+        meta = {"Constants": "the program's initial values (not fitted)"}
+    scope = args.scope or ("global" if list(consts) == ["global"] else "per_model")
+    meta["Source file"] = Path(args.id).name
+    return prog, consts, scope, meta
+
+
+def _summary(metrics: dict[str, Any] | None) -> dict[str, str]:
+    """Mean APE of E2E and TTFT per split, as header lines."""
+    out: dict[str, str] = {}
+    by: dict[str, list[tuple[float, float]]] = {}
+    for m in (metrics or {}).values():
+        ape = m.get("ape") or {}
+        if ape.get("e2e_mean") is not None and ape.get("ttft_mean") is not None:
+            by.setdefault(m.get("split", "?"), []).append((ape["e2e_mean"], ape["ttft_mean"]))
+    for split, vals in sorted(by.items()):
+        e2e = sum(v[0] for v in vals) / len(vals)
+        ttft = sum(v[1] for v in vals) / len(vals)
+        out[f"Scores ({split}, {len(vals)} runs, teacher forced)"] = (
+            f"mean APE E2E {100 * e2e:.2f} %, TTFT {100 * ttft:.2f} %")
+    return out
+
+
+def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
+    from evolve.archive import Archive, ArchiveError
+    from evolve.language import parse_program
+
+    with Archive(args.archive, create=False) as archive:
+        pid = archive.resolve_id(args.id)
+        rows = archive.program(pid, args.run)
+        if not rows:
+            raise ArchiveError(f"{args.archive}: program {pid[:12]} is not in run {args.run}")
+        row = rows[-1]
+        run = archive.run(row.run_id)
+        accepted = archive.evaluations(row.run_id, program_id=pid, status="accepted")
+        if not accepted:
+            raise ArchiveError(f"{args.archive}: program {pid[:12]} has no accepted "
+                               f"evaluation in run {row.run_id} (nothing fitted to export)")
+        ev = accepted[-1]
+    prog = parse_program(row.source)
+    scope = str((run.config or {}).get("fit", {}).get("scope", "global"))
+    meta: dict[str, Any] = {
+        "Archive": f"{Path(args.archive).name}, run {row.run_id} (seed {run.seed}), "
+                   f"generation {row.generation}, operator {row.operator}",
+        "Constants": f"{ev.kind} evaluation of generation {ev.generation}, corpus "
+                     f"{ev.corpus_version}",
+        "Train loss": ev.loss, "Complexity": ev.complexity,
+        **_summary(ev.metrics)}
+    return prog, dict(ev.constants or {}), scope, meta
+
+
+def _select(consts: dict, scope: str, infos: dict, name: str) -> dict:
+    from evolve.cli import UserError
+
+    key = name.lower()
+    keep = {g: v for g, v in consts.items() if g.lower() == key}
+    if not keep:
+        keep = {g: v for g, v in consts.items()
+                if key in infos[g].aliases or key in {a.rsplit("/", 1)[-1]
+                                                      for a in infos[g].aliases}}
+    if not keep:
+        raise UserError(f"--model {name}: no constant group matches (groups: "
+                        f"{', '.join(sorted(consts))})")
+    return keep
+
+
+def run(args: argparse.Namespace) -> int:
+    from evolve.cli import UserError
+    from evolve.export.go import ExportError, export_go
+
+    source = _from_file if Path(args.id).is_file() else _from_archive
+    prog, consts, scope, meta = source(args)
+    infos = group_infos(scope, sorted(consts), model_names(args.data))
+    if args.model:
+        consts = _select(consts, scope, infos, args.model)
+    if scope == "per_scenario" and len(consts) > 1:
+        raise UserError("per_scenario constants: pick one scenario with --model NAME "
+                        f"({', '.join(sorted(consts))})")
+    try:
+        text = export_go(prog, consts, scope, infos, meta)
+    except ExportError as exc:
+        raise UserError(str(exc)) from None
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output} ({prog.id[:12]}, {scope}: {', '.join(sorted(consts))})",
+              file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,165 @@
+"""``evolve run`` end to end: SIGKILL + --resume equals an uninterrupted run; replay
+reproduces every frontier program; read-only commands; one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve.archive import Archive
+from evolve.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
+             "20260218-150956-codellama-34b-tp2-codegen",   # validate
+             "20260217-170634-llama-2-7b-tp1-reasoning"]    # test
+CONFIG = f"""
+[run]
+seed = 5
+generations = 4
+head_seconds = 20.0
+scenarios = {json.dumps(SCENARIOS)}
+workers = 1
+progress = false
+[search]
+children = 3
+refresh_min_gap = 1
+refresh_margin = 0.02
+[fit]
+max_evals = 40
+restarts = 0
+window_steps = 300
+"""
+
+
+def evolve(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def generations_done(path: Path) -> int:
+    if not path.exists():
+        return -1
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            row = con.execute("select max(generations_done) from runs").fetchone()
+        finally:
+            con.close()
+    except sqlite3.OperationalError:
+        return -1
+    return -1 if row is None or row[0] is None else int(row[0])
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cfg") / "tiny.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(config, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("full") / "a.db"
+    proc = evolve("run", "--config", str(config), "--archive", str(path))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert out.startswith("run 1"), out
+    assert "finished after generation 4" in out
+    return path
+
+
+def test_sigkill_then_resume_equals_uninterrupted(config, uninterrupted, tmp_path):
+    path = tmp_path / "b.db"
+    proc = evolve("run", "--config", str(config), "--archive", str(path))
+    deadline = time.monotonic() + 600
+    while generations_done(path) < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    killed_at = generations_done(path)
+    assert 1 <= killed_at < 4, f"the run was not killed mid-way (at {killed_at})"
+    with Archive(path, create=False) as a:
+        assert a.run(1).status == "running"
+    resumed = evolve("run", "--resume", "1", "--archive", str(path))
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    assert "(resumed)" in out and "finished after generation 4" in out
+    with Archive(path, create=False) as a, Archive(uninterrupted, create=False) as b:
+        got, want = a.comparable(), b.comparable()
+    for name in want:
+        assert got[name] == want[name], f"table {name} differs after resume"
+
+
+def test_replay_reproduces_every_frontier_program(uninterrupted, capsys):
+    with Archive(uninterrupted, create=False) as a:
+        ids = [f.program_id for f in a.frontier(1)]
+    assert ids
+    for pid in ids:
+        assert main(["replay", pid[:10], "--archive", str(uninterrupted)]) == 0
+        assert capsys.readouterr().out.startswith("ok ")
+
+
+def test_replay_detects_a_tampered_score(uninterrupted, tmp_path, capsys):
+    path = tmp_path / "t.db"
+    path.write_bytes(uninterrupted.read_bytes())
+    with Archive(path, create=False) as a:
+        pid = a.frontier(1)[0].program_id
+    con = sqlite3.connect(path)
+    con.execute("update evaluations set loss = loss * 1.0000001 where program_id = ?", (pid,))
+    con.commit()
+    con.close()
+    assert main(["replay", pid, "--archive", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH" in out and "loss:" in out
+
+
+def test_read_only_commands(uninterrupted, capsys):
+    arch = str(uninterrupted)
+    assert main(["runs", "--archive", arch]) == 0
+    assert "finished" in capsys.readouterr().out
+    assert main(["frontier", "--archive", arch]) == 0
+    out = capsys.readouterr().out
+    assert "pick =" in out and "\n*" in out
+    assert main(["frontier", "--archive", arch, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert sum(m["picked"] for m in data["members"]) == 1
+    pid = data["members"][0]["id"]
+    assert main(["show", pid[:8], "--archive", arch]) == 0
+    out = capsys.readouterr().out
+    assert "def step_time" in out and "lineage:" in out and "constants" in out
+    assert main(["show", pid, "--archive", arch, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == pid
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "--data", "/nonexistent/data", "--archive", "{tmp}/x.db"], "data directory"),
+    (["show", "ffffffff", "--archive", "{arch}"], "no program"),
+    (["replay", "ffffffff", "--archive", "{arch}"], "no program"),
+    (["frontier", "--archive", "{tmp}/junk.db"], "not an evolve archive"),
+    (["frontier", "--archive", "{tmp}/none.db"], "archive not found"),
+    (["frontier", "--run", "9", "--archive", "{arch}"], "no run 9"),
+    (["run", "--resume", "9", "--archive", "{arch}"], "no run 9"),
+    (["run", "--resume", "1", "--seed", "3", "--archive", "{arch}"], "cannot change run.seed"),
+])
+def test_bad_input_is_one_line(uninterrupted, tmp_path, capsys, argv, needle):
+    (tmp_path / "junk.db").write_bytes(b"\x00garbage" * 100)
+    argv = [a.format(tmp=tmp_path, arch=uninterrupted) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+
+
+def test_cli_exit_code_in_a_real_process(tmp_path):
+    (tmp_path / "junk.db").write_bytes(b"not sqlite" * 100)
+    proc = evolve("runs", "--archive", str(tmp_path / "junk.db"))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and len(err.strip().splitlines()) == 1

@@ -1,0 +1,419 @@
+"""The program language: the whitelist rejects hostile input before anything runs,
+normalisation gives one id per program, and the numpy and numba forms agree."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evaluator.glossary import FEATURE_INDEX, N_FEATURES
+from evolve.language import (
+    MAX_COMPLEXITY,
+    Program,
+    ProgramError,
+    check_outputs,
+    check_queue,
+    parse_program,
+)
+
+SENTINEL = Path("/tmp/evolve_language_test_pwned")
+HEAD = 'CONSTANTS = {"a": (1.0, 0.0, 10.0)}\n'
+
+
+def prog(body: str, consts: str = HEAD, doc: str = '"""doc"""\n') -> str:
+    """A module with a step_time whose body is ``body`` (indented for you)."""
+    return doc + consts + "def step_time(f, c):\n" + textwrap.indent(
+        textwrap.dedent(body).strip("\n"), "    ") + "\n"
+
+
+def many_consts(n: int) -> str:
+    return "CONSTANTS = {" + ", ".join(f'"k{i}": (1.0, 0.0, 2.0)' for i in range(n)) + "}\n"
+
+
+W = str(SENTINEL)
+# (label, source, rule): every one must be rejected with that rule, executing nothing.
+BAD: list[tuple[str, str | bytes, str]] = [
+    ("import_top", "import os\n" + prog("return c.a"), "import"),
+    ("from_import", "from os import path\n" + prog("return c.a"), "import"),
+    ("import_in_body", prog("import os\nreturn c.a"), "import"),
+    ("dunder_import_call", prog(f"return __import__('os').system('touch {W}')"), "call"),
+    ("eval_call", prog("return eval('1')"), "call"),
+    ("exec_call", prog(f"x = exec('open(\"{W}\", \"w\")')\nreturn c.a"), "call"),
+    ("open_call", prog(f"x = open('{W}', 'w')\nreturn c.a"), "call"),
+    ("getattr_call", prog("return getattr(f, '__class__')"), "call"),
+    ("globals_call", prog("return globals()"), "call"),
+    ("call_local", prog("x = c.a\nreturn x(1.0)"), "call"),
+    ("call_method", prog("return f.pf_gemm.bit_length()"), "call"),
+    ("keyword_arg", prog("return maximum(c.a, x2=1.0)"), "call"),
+    ("starred_arg", prog("return maximum(*c.a)"), "call"),
+    ("arity", prog("return sqrt(c.a, 2.0)"), "call"),
+    ("dunder_attr", prog("return f.__class__"), "attribute"),
+    ("attr_chain", prog("return f.pf_gemm.real"), "attribute"),
+    ("const_dunder", prog("return c.__dict__"), "attribute"),
+    ("np_call", prog("return np.exp(c.a)"), "call"),
+    ("np_attr", prog("return np.pi + c.a"), "attribute"),
+    ("math_attr", prog("return math.pi"), "attribute"),
+    ("nfkc_dunder", prog("return \uff46.__class__"), "attribute"),
+    ("r_in_step", prog("return r.input_tokens"), "attribute"),
+    ("for_loop", prog("x = c.a\nfor i in f:\n    x = x + 1\nreturn x"), "loop"),
+    ("while_loop", prog("while True:\n    pass\nreturn c.a"), "loop"),
+    ("list_comp", prog("return maximum([x for x in f], c.a)"), "comprehension"),
+    ("generator", prog("return maximum((x for x in f), c.a)"), "comprehension"),
+    ("dict_comp", prog("x = {k: 1 for k in f}\nreturn c.a"), "comprehension"),
+    ("lambda", prog("g = lambda: 1\nreturn c.a"), "lambda"),
+    ("walrus", prog("return (y := f.tp) + c.a"), "walrus"),
+    ("fstring", prog('x = f"{f.tp}"\nreturn c.a'), "literal"),
+    ("string", prog("x = 'abc'\nreturn c.a"), "literal"),
+    ("bytes_lit", prog("x = b'abc'\nreturn c.a"), "literal"),
+    ("bool_lit", prog("return c.a + True"), "literal"),
+    ("none_lit", prog("return None"), "literal"),
+    ("complex_lit", prog("return c.a + 1j"), "literal"),
+    ("inf_lit", prog("return c.a + 1e999"), "literal"),
+    ("subscript", prog("return f[0]"), "subscript"),
+    ("slice", prog("x = c.a\nreturn x[1:2]"), "subscript"),
+    ("global_stmt", prog(f"global PWNED\nPWNED = open('{W}', 'w')\nreturn c.a"), "global"),
+    ("decorator", '"""d"""\n' + HEAD + "@staticmethod\ndef step_time(f, c):\n    return c.a\n",
+     "signature"),
+    ("extra_param", HEAD + "def step_time(f, c, d):\n    return c.a\n", "signature"),
+    ("default_param", HEAD + "def step_time(f, c=1):\n    return c.a\n", "signature"),
+    ("kwargs_param", HEAD + "def step_time(f, c, **k):\n    return c.a\n", "signature"),
+    ("annotation", HEAD + "def step_time(f: int, c):\n    return c.a\n", "signature"),
+    ("async_def", HEAD + "async def step_time(f, c):\n    return c.a\n", "signature"),
+    ("huge_exponent", prog("return f.tp ** 100"), "power"),
+    ("neg_exponent", prog("return f.tp ** -5"), "power"),
+    ("feature_exponent", prog("return f.tp ** f.layers"), "power"),
+    ("wide_const_exponent", prog("return f.tp ** c.a"), "power"),
+    ("exponent_div_zero", prog("return f.tp ** (1.0 / c.a)"), "power"),
+    ("exponent_local", prog("x = 2.0\nreturn f.tp ** x"), "power"),
+    ("unknown_feature", prog("return f.gpu_temperature"), "feature"),
+    ("undeclared_const", prog("return c.zz"), "constant"),
+    ("complexity", prog("return " + " + ".join(["c.a"] * (MAX_COMPLEXITY + 2))), "complexity"),
+    ("too_many_where", prog("x = c.a\n" + "".join(
+        f"x = where(f.tp < {i}.0, x, c.a)\n" for i in range(4)) + "return x"), "where"),
+    ("too_many_constants", '"""d"""\n' + many_consts(11) + "def step_time(f, c):\n"
+     "    return " + " + ".join(f"c.k{i}" for i in range(11)) + "\n", "constants"),
+    ("bad_bounds", prog("return c.a", 'CONSTANTS = {"a": (1.0, 5.0, 5.0)}\n'), "constants"),
+    ("init_outside", prog("return c.a", 'CONSTANTS = {"a": (11.0, 0.0, 10.0)}\n'),
+     "constants"),
+    ("string_bound", prog("return c.a", 'CONSTANTS = {"a": (1.0, "0", 10.0)}\n'),
+     "constants"),
+    ("call_in_bound", prog("return c.a", f'CONSTANTS = {{"a": (1.0, 0.0, open("{W}"))}}\n'),
+     "constants"),
+    ("dunder_const_name", prog("return c.a", 'CONSTANTS = {"__init__": (1.0, 0.0, 2.0)}\n'),
+     "constants"),
+    ("dup_const", prog("return c.a", 'CONSTANTS = {"a": (1.0, 0., 2.), "a": (1., 0., 2.)}\n'),
+     "constants"),
+    ("constants_not_dict", prog("return c.a", "CONSTANTS = dict(a=(1.0, 0.0, 2.0))\n"),
+     "constants"),
+    ("missing_constants", '"""d"""\ndef step_time(f, c):\n    return 1.0\n', "constants"),
+    ("syntax", prog("return c.a +"), "syntax"),
+    ("nul_byte", prog("return c.a") + "\x00", "syntax"),
+    ("non_utf8", b'"""d"""\n' + HEAD.encode() + b"def step_time(f, c):\n    return c.a\n"
+     b"# \xff\xfe\n", "encoding"),
+    ("oversize", prog("return c.a") + "#" + "x" * 30_000 + "\n", "size"),
+    ("deep_nesting", prog("return " + "-(" * 90 + "c.a" + ")" * 90), "size"),
+    ("class_def", "class X:\n    pass\n" + prog("return c.a"), "module"),
+    ("module_expr", f"open('{W}', 'w')\n" + prog("return c.a"), "module"),
+    ("module_assign", "X = 1\n" + prog("return c.a"), "module"),
+    ("missing_step", '"""d"""\n' + HEAD, "module"),
+    ("dup_step", prog("return c.a") + "def step_time(f, c):\n    return c.a\n", "module"),
+    ("dup_constants", prog("return c.a") + HEAD, "module"),
+    ("compare_outside", prog("return c.a + (f.tp < 2.0)"), "compare"),
+    ("chained_compare", prog("return where(0.0 < f.tp < 2.0, c.a, 1.0)"), "compare"),
+    ("eq_compare", prog("return where(f.tp == 2.0, c.a, 1.0)"), "compare"),
+    ("where_no_compare", prog("return where(f.tp, c.a, 1.0)"), "compare"),
+    ("bool_op", prog("return c.a and f.tp"), "operator"),
+    ("floordiv", prog("return c.a // f.tp"), "operator"),
+    ("modulo", prog("return c.a % f.tp"), "operator"),
+    ("xor", prog("return c.a ^ f.tp"), "operator"),
+    ("not_op", prog("return not c.a"), "operator"),
+    ("uadd", prog("return +c.a"), "operator"),
+    ("ifexp", prog("return c.a if f.tp else 1.0"), "expression"),
+    ("yield", prog("return (yield c.a)"), "expression"),
+    ("list_literal", prog("return maximum([1.0], c.a)"), "expression"),
+    ("dict_literal", prog("return maximum({}, c.a)"), "expression"),
+    ("use_before_def", prog("x = y + 1.0\ny = c.a\nreturn x"), "name"),
+    ("self_reference", prog("x = x + 1.0\nreturn c.a"), "name"),
+    ("bare_f", prog("return f"), "name"),
+    ("builtins_name", prog("return __builtins__"), "name"),
+    ("assign_reserved", prog("f = 1.0\nreturn c.a"), "name"),
+    ("assign_attr", prog("c.a = 1.0\nreturn c.a"), "name"),
+    ("tuple_unpack", prog("x, y = 1.0, 2.0\nreturn c.a"), "name"),
+    ("chain_assign", prog("x = y = 1.0\nreturn c.a"), "name"),
+    ("subscript_assign", prog("f[0] = 1.0\nreturn c.a"), "subscript"),
+    ("aug_assign", prog("x = c.a\nx += 1.0\nreturn x"), "statement"),
+    ("ann_assign", prog("x: float = c.a\nreturn x"), "statement"),
+    ("return_not_last", prog("return c.a\nx = 1.0"), "statement"),
+    ("no_return", prog("x = c.a"), "statement"),
+    ("bare_return", prog("return"), "statement"),
+    ("if_stmt", prog("if c.a:\n    pass\nreturn c.a"), "statement"),
+    ("try_stmt", prog("try:\n    x = 1.0\nexcept Exception:\n    x = 2.0\nreturn x"),
+     "statement"),
+    ("with_stmt", prog(f"with open('{W}', 'w') as fh:\n    pass\nreturn c.a"), "statement"),
+    ("nested_def", prog("def g():\n    return 1\nreturn c.a"), "statement"),
+    ("expr_stmt", prog(f"open('{W}', 'w')\nreturn c.a"), "statement"),
+    ("del_stmt", prog("x = c.a\ndel x\nreturn c.a"), "statement"),
+    ("raise_stmt", prog("raise SystemExit(1)\nreturn c.a"), "statement"),
+    ("queue_reads_f", prog("return c.a") + "def queueing_time(r, c):\n    return f.tp\n",
+     "attribute"),
+    ("queue_unknown_field", prog("return c.a") +
+     "def queueing_time(r, c):\n    return r.prompt_len\n", "feature"),
+    ("queue_signature", prog("return c.a") + "def queueing_time(f, c):\n    return c.a\n",
+     "signature"),
+]
+
+
+def test_table_is_large_and_labels_unique():
+    assert len(BAD) >= 40
+    assert len({label for label, _, _ in BAD}) == len(BAD)
+
+
+@pytest.fixture()
+def no_exec(monkeypatch):
+    """Fail loudly if anything calls exec/eval/open/__import__ while checking a program."""
+    SENTINEL.unlink(missing_ok=True)
+
+    def boom(*_a, **_k):
+        raise AssertionError("program checking must not execute anything")
+
+    real_import = builtins.__import__
+
+    def guarded_import(name, *a, **k):
+        if name in ("os", "subprocess", "shutil"):
+            boom()
+        return real_import(name, *a, **k)
+
+    for name in ("exec", "eval", "open"):
+        monkeypatch.setattr(builtins, name, boom)
+    monkeypatch.setattr(builtins, "__import__", guarded_import)
+    yield
+    assert not SENTINEL.exists()
+    assert not hasattr(builtins, "PWNED")
+
+
+@pytest.mark.parametrize(("label", "source", "rule"), BAD, ids=[b[0] for b in BAD])
+def test_rejected_with_rule_without_executing(label, source, rule, no_exec):
+    with pytest.raises(ProgramError) as info:
+        parse_program(source)
+    err = info.value
+    assert err.rule == rule, f"{label}: got {err.rule}: {err}"
+    assert err.reason
+    assert err.rule in str(err)
+
+
+def test_error_locates_line_and_node():
+    with pytest.raises(ProgramError) as info:
+        parse_program(prog("x = c.a\ny = f.nope * 2.0\nreturn x"))
+    err = info.value
+    assert err.rule == "feature"
+    assert err.line == 5  # docstring, CONSTANTS, def, x = ..., y = ...
+    assert "f.nope" in err.node
+    assert "line 5" in str(err)
+
+
+GOOD = prog("""
+    \"\"\"function docstrings are dropped\"\"\"
+    compute = c.a * (f.pf_gemm + f.pf_attn)
+    memory = f.weight_read + f.kv_read
+    t = where(f.prefill_tokens > 0, maximum(compute, memory), memory)
+    return clip(t, 1.0, 1e9) + sqrt(f.tp) + log1p(f.layers) + abs(-c.b) ** 2
+""", consts='CONSTANTS = {"b": (100, 1, 1e4), "a": (1.5, 0.1, 10), "unused": (1, 0, 2)}\n')
+
+
+def test_good_program_summary():
+    p = parse_program(GOOD)
+    assert p.const_names == ("a", "b")  # sorted; the unused constant is dropped
+    assert p.init_vector().tolist() == [1.5, 100.0]
+    lo, hi = p.bounds()
+    assert lo.tolist() == [0.1, 1.0] and hi.tolist() == [10.0, 1e4]
+    assert p.features == frozenset({"pf_gemm", "pf_attn", "weight_read", "kv_read",
+                                    "prefill_tokens", "tp", "layers"})
+    # ops: * + | + | where > maximum | clip sqrt log1p abs unary- ** and three +
+    assert p.complexity == 15
+    assert p.n_where == 1
+    assert p.id == hashlib.sha256(p.source.encode()).hexdigest()
+    assert p.post_decode_index is None and p.queue_tree is None
+    assert p.step_tree.name == "step_time"
+    assert "function docstrings" not in p.source and "unused" not in p.source
+
+
+def test_bytes_input_and_idempotent_normalisation():
+    p = parse_program(GOOD.encode("utf-8"))
+    again = parse_program(p.source)
+    assert again.id == p.id and again.source == p.source
+    assert again == p and hash(again) == hash(p)
+
+
+VARIANTS = [
+    # constants reordered, ints for floats, list instead of tuple, extra parentheses,
+    # comments, blank lines, a different docstring indentation and quote style
+    '"""Idea.\n    second line"""\nCONSTANTS = {"b": [2, 0, 10], "a": (1.0, 0.0, 10.0)}\n'
+    "def step_time(f, c):\n    # a comment\n    x = (c.a * f.pf_gemm)\n\n"
+    "    return ((x + c.b))\n",
+    "'''Idea.\n        second line'''\nCONSTANTS = {\n    'a': (1, 0, 10),\n"
+    "    'b': (2.0, 0.0, 10.0),\n}\n\n\ndef step_time(f, c):\n"
+    "    x = c.a * f.pf_gemm  # trailing\n    return x + c.b\n",
+    '"""\nIdea.\nsecond line\n"""\nCONSTANTS = {"a": (1.0, 0.0, 1e1), "b": (2.0, 0, 10),\n'
+    '             "z_unused": (1.0, 0.0, 2.0)}\ndef step_time(f, c):\n'
+    '    """doc"""\n    x = c.a*f.pf_gemm\n    return x+c.b\n',
+]
+
+
+def test_formatting_variants_share_one_id():
+    ids = {parse_program(v).id for v in VARIANTS}
+    assert len(ids) == 1
+
+
+def test_different_programs_differ():
+    base = parse_program(VARIANTS[0])
+    other = parse_program(VARIANTS[0].replace("x + c.b", "x - c.b"))
+    bounds = parse_program(VARIANTS[0].replace("[2, 0, 10]", "[2, 0, 11]"))
+    assert len({base.id, other.id, bounds.id}) == 3
+
+
+def test_queue_and_special_constants():
+    src = prog("return c.a * f.batch_size + 1.0",
+               'CONSTANTS = {"a": (1.0, 0.0, 10.0), "q": (100.0, 0.0, 1e5),'
+               ' "post_decode_us": (700.0, 0.0, 5e4), "output_token_us": (40.0, 0.0, 500.0)}\n')
+    src += "def queueing_time(r, c):\n    return c.q + 0.5 * r.input_tokens\n"
+    p = parse_program(src)
+    assert p.const_names == ("a", "output_token_us", "post_decode_us", "q")
+    assert p.output_token_index == 1 and p.post_decode_index == 2
+    assert p.queue_tree is not None and p.complexity == 4
+    model = p.step_model()
+    R = np.array([[100.0, 200.0, 0.0], [10.0, 10.0, 10.0]])
+    q = model.queue_fn(R, p.init_vector())
+    assert q.tolist() == [150.0, 200.0, 100.0]
+    assert check_queue(q) is None
+    assert "request 0" in check_queue(np.array([-1.0, 2.0]))
+
+
+def sample_features(n: int = 400, seed: int = 0) -> np.ndarray:
+    """Random but plausible features: non-negative, with zeros (idle phases)."""
+    rng = np.random.default_rng(seed)
+    F = rng.lognormal(mean=3.0, sigma=2.0, size=(N_FEATURES, n))
+    F[:, rng.random(n) < 0.2] = 0.0
+    F[FEATURE_INDEX["tp"]] = rng.choice([1.0, 2.0, 4.0], n)
+    F[FEATURE_INDEX["layers"]] = rng.choice([32.0, 80.0], n)
+    F[FEATURE_INDEX["pf_gemm"], rng.random(n) < 0.3] = 0.0
+    return F
+
+
+PARITY = [
+    GOOD,
+    prog("return (c.a * f.pf_gemm ** 2.0 + f.dc_attn ** 0.5) ** (1.0 / c.p) + 1.0",
+         'CONSTANTS = {"a": (1.0, 0.1, 5.0), "p": (2.0, 1.0, 4.0)}\n'),
+    prog("x = log(f.kv_read + 1.0) * exp(-f.batch_size / 100.0)\n"
+         "y = where(x >= c.a, minimum(x, f.kv_max), clip(x, c.a, 3.0))\n"
+         "z = where(f.n_decode <= 3.0, y / (f.tp + 0.5), -y)\n"
+         "return abs(z) + maximum(f.moe_gemm, 2.0) - minimum(f.is_moe, 0.5) + c.a"),
+    prog("return f.tp ** -2.0 + sqrt(f.prefill_tokens) * c.a + log1p(f.kv_sum) + 1.0"),
+    prog("return 7.5"),
+    *sorted(str(p) for p in (Path(__file__).resolve().parents[1] / "seeds").glob("*.py")),
+]
+
+
+def _source(item: str) -> str:
+    return Path(item).read_text() if item.endswith(".py") else item
+
+
+@pytest.mark.parametrize("item", PARITY, ids=[Path(s).stem if s.endswith(".py")
+                                                else f"prog{i}" for i, s in enumerate(PARITY)])
+def test_vector_scalar_parity(item):
+    p = parse_program(_source(item))
+    model = p.step_model()
+    F = sample_features()
+    lo, hi = p.bounds()
+    rng = np.random.default_rng(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no floating-point warning may escape
+        for c in (p.init_vector(), lo + rng.random(p.n_constants) * (hi - lo)):
+            v = model.vector_fn(F, c)
+            assert v.shape == (F.shape[1],) and v.dtype == np.float64
+            s = np.array([model.scalar_fn(np.ascontiguousarray(F[:, j]), c)
+                          for j in range(F.shape[1])])
+            both = np.isfinite(v) & np.isfinite(s)
+            assert np.array_equal(np.isfinite(v), np.isfinite(s))
+            np.testing.assert_allclose(s[both], v[both], rtol=1e-12, atol=0.0)
+
+
+def test_population_batch_matches_single_calls():
+    p = parse_program(PARITY[2])
+    model = p.step_model()
+    F = sample_features(50)
+    C = np.stack([p.init_vector(), p.init_vector() * 1.5, p.init_vector() * 0.1])
+    batch = model.vector_fn(F, np.ascontiguousarray(C.T)[:, :, None])
+    assert batch.shape == (3, 50)
+    for i in range(3):
+        np.testing.assert_array_equal(batch[i], model.vector_fn(F, C[i]))
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("return f.pf_gemm / 0.0", "non-"),
+    ("return 1.0 / 0.0 + c.a", "non-finite"),
+    ("return c.a / (f.n_prefill - f.n_prefill)", "non-finite"),
+    ("return sqrt(-1.0 - f.tp)", "non-finite"),
+    ("return log(f.tp - f.tp)", "non-finite"),
+    ("return exp(f.kv_sum * 1000.0)", "non-finite"),
+    ("return 0.0 ** -2.0 + c.a", "non-finite"),
+    ("return (-8.0) ** 0.5 + c.a", "non-finite"),
+    ("return c.a - 100.0", "non-positive"),
+])
+def test_numeric_guards_reject_without_crashing(body, why):
+    p = parse_program(prog(body))  # statically fine
+    model = p.step_model()
+    F = sample_features(64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = model.vector_fn(F, p.init_vector())
+        reason = check_outputs(t)
+        scalar = model.scalar_fn(np.ascontiguousarray(F[:, 0]), p.init_vector())
+    assert reason is not None and why in reason, reason
+    assert isinstance(scalar, float)
+
+
+def test_check_outputs_accepts_good_and_reports_step():
+    assert check_outputs(np.array([1.0, 2.0])) is None
+    assert check_outputs(np.array([])) is None
+    assert "step 1" in check_outputs(np.array([1.0, np.nan, 3.0]))
+    assert "step 2" in check_outputs(np.array([1.0, 2.0, 0.0]))
+
+
+def test_step_model_cached_by_id():
+    a = parse_program(VARIANTS[0]).step_model()
+    b = parse_program(VARIANTS[1]).step_model()
+    assert a is b
+
+
+def test_generated_code_names_only_whitelisted_globals():
+    from evolve.codegen import compile_program
+
+    p = parse_program(PARITY[2])
+    comp = compile_program(p)
+    import ast
+
+    for src, allowed in ((comp.vector_source, {"np"}),
+                         (comp.scalar_source, {"math", "abs", "_maximum", "_minimum"})):
+        tree = ast.parse(src)
+        fn = tree.body[0]
+        assigned = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                    and isinstance(n.ctx, ast.Store)}
+        loaded = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Load)}
+        free = loaded - assigned - {"F", "C"}
+        assert all(n in allowed or (n.startswith("k") and n[1:].isdigit()) for n in free), free
+        assert not any(isinstance(n, ast.Attribute) and n.attr.startswith("_")
+                       for n in ast.walk(fn))
+
+
+def test_program_is_frozen():
+    p = parse_program(GOOD)
+    with pytest.raises(AttributeError):
+        p.id = "x"  # type: ignore[misc]
+    assert isinstance(p, Program)

@@ -1,0 +1,99 @@
+"""The generation loop: determinism, worker-count independence, budgets, no held-out leaks.
+
+Tiny runs: three measured runs (one per split) cut to their first seconds, few children,
+small fitting budgets, so each search takes seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from evolve.archive import Archive
+from evolve.config import Config, apply_dict, validate
+from evolve.operators.offline import OfflineOperator
+from evolve.search.loop import Search
+
+SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
+             "20260218-150956-codellama-34b-tp2-codegen",   # validate
+             "20260217-170634-llama-2-7b-tp1-reasoning"]    # test
+
+TINY = {"run": {"generations": 3, "head_seconds": 20.0, "scenarios": SCENARIOS,
+                "workers": 1, "progress": False},
+        "search": {"children": 3, "refresh_min_gap": 1, "refresh_margin": 0.02},
+        "fit": {"max_evals": 40, "restarts": 0, "window_steps": 300}}
+
+
+def tiny_config(archive, **overrides) -> Config:
+    cfg = Config()
+    apply_dict(cfg, TINY, "test")
+    for dotted, value in overrides.items():
+        section, key = dotted.split("__")
+        apply_dict(cfg, {section: {key: value}}, "test")
+    cfg.run.archive = str(archive)
+    return validate(cfg, "test")
+
+
+def run_tiny(path, operator=None, **overrides):
+    cfg = tiny_config(path, **overrides)
+    with Archive(path) as archive:
+        summary = Search(cfg, archive, operator=operator, log=lambda _m: None).run()
+        return summary, archive.comparable()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ref") / "a.db"
+    return run_tiny(path, run__seed=11)
+
+
+def test_same_seed_same_archive_any_worker_count(reference, tmp_path):
+    summary, tables = reference
+    assert summary.status == "finished" and summary.generations_done == 3
+    assert summary.evaluations > 0
+    again, tables2 = run_tiny(tmp_path / "b.db", run__seed=11, run__workers=2)
+    assert again.best_id == summary.best_id
+    for name in tables:
+        assert tables2[name] == tables[name], f"table {name} differs"
+    # every table the design names is populated
+    for name in ("runs", "programs", "evaluations", "grid_cells", "frontier",
+                 "corpus_versions"):
+        assert tables[name], name
+
+
+def test_other_seed_differs(reference, tmp_path):
+    _summary, tables = reference
+    _s, other = run_tiny(tmp_path / "c.db", run__seed=12)
+    assert other["evaluations"] != tables["evaluations"]
+
+
+def test_selection_sees_training_errors_only(tmp_path):
+    seen: list[set[str]] = []
+
+    class Spy(OfflineOperator):
+        def propose(self, parents, inspirations, rng, n):
+            for p in [*parents, *inspirations]:
+                seen.append(set(p.train_errors))
+            return super().propose(parents, inspirations, rng, n)
+
+    summary, tables = run_tiny(tmp_path / "d.db", operator=Spy(), run__generations=1)
+    assert seen and all(s == {SCENARIOS[0]} for s in seen)
+    splits = tables["runs"][0]["splits"]
+    assert splits == {SCENARIOS[0]: "train", SCENARIOS[1]: "validate", SCENARIOS[2]: "test"}
+    # validate/test metrics are stored nonetheless
+    accepted = [e for e in tables["evaluations"] if e["status"] == "accepted"]
+    assert all(set(e["metrics"]) == set(SCENARIOS) for e in accepted)
+
+
+def test_evaluation_budget_stops_cleanly(tmp_path):
+    summary, tables = run_tiny(tmp_path / "e.db", run__max_evaluations=4)
+    assert summary.status == "stopped:evaluations"
+    assert sum(e["kind"] == "child" for e in tables["evaluations"]) == 4
+    assert tables["runs"][0]["generations_done"] == summary.generations_done
+
+
+def test_rejections_are_stored_with_reasons(reference):
+    _summary, tables = reference
+    for e in tables["evaluations"]:
+        assert (e["status"] == "accepted") == (e["reason"] == ""), e
+        if e["kind"] == "screen":
+            assert e["status"] == "rejected" and e["n_evals"] == 0
