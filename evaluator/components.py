@@ -66,10 +66,10 @@ def features_into(out: np.ndarray, stats: np.ndarray, arch: np.ndarray) -> None:
         bs = n_pf + n_dc
         tokens = pf_tok + dc_tok
         # lm_head runs once per request in the batch (logits only at sampled positions).
-        lm_head = 2.0 * hidden * vocab * bs
-        out[0, j] = (2.0 * pf_tok * lin_params + lm_head * (n_pf / bs if bs > 0 else 0.0)) / tp / peak
+        lm_head = 2.0 * hidden * vocab
+        out[0, j] = (2.0 * pf_tok * lin_params + lm_head * n_pf) / tp / peak
         out[1, j] = attn_scale * pf_pairs / peak
-        out[2, j] = (2.0 * dc_tok * lin_params + lm_head * (n_dc / bs if bs > 0 else 0.0)) / tp / peak
+        out[2, j] = (2.0 * dc_tok * lin_params + lm_head * n_dc) / tp / peak
         out[3, j] = attn_scale * (dc_kv + n_dc) / peak
         if is_moe > 0.0:
             touched = n_exp * (1.0 - (1.0 - topk / n_exp) ** tokens) if tokens > 0 else 0.0

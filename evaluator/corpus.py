@@ -24,7 +24,6 @@ import numpy as np
 
 from evaluator.components import compute_features
 
-
 MIN_FIT_REQUESTS = 50
 
 

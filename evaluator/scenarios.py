@@ -59,7 +59,7 @@ def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int
         if not isinstance(cur, dict) or part not in cur:
             raise DataError(f"{path}: missing field '{dotted}'")
         cur = cur[part]
-    if not isinstance(cur, kind) or isinstance(cur, bool) and kind != bool:
+    if not isinstance(cur, kind) or (isinstance(cur, bool) and kind is not bool):
         raise DataError(f"{path}: field '{dotted}' has wrong type {type(cur).__name__}")
     if isinstance(cur, (int, float)) and not isinstance(cur, bool) and not np.isfinite(cur):
         raise DataError(f"{path}: field '{dotted}' is not finite")

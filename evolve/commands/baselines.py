@@ -32,8 +32,10 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     out: dict[str, dict[str, dict]] = {}
     for name, (model, consts) in baseline_models(ev, only=args.only).items():
-        sims = ev.simulate(model, consts,
-                           progress=lambda n: print(f"  {name}: {n}", file=sys.stderr))
+        def progress(run_name: str, name: str = name) -> None:
+            print(f"  {name}: {run_name}", file=sys.stderr)
+
+        sims = ev.simulate(model, consts, progress=progress)
         out[name] = {run: res.metrics.to_dict() for run, res in sims.items()}
     if args.json:
         json.dump(out, sys.stdout, indent=1, sort_keys=True)
