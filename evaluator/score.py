@@ -131,11 +131,22 @@ def metrics_from_times(scenario, corpus, end_us: np.ndarray, consts: np.ndarray,
     return _finish(rm)
 
 
-def _step_times(model, features: np.ndarray, consts: np.ndarray) -> tuple[np.ndarray, str]:
+CHUNK_STEPS = 32768  # keeps a program's temporaries in cache: ~2x faster than one pass
+
+
+def step_times(model, features: np.ndarray, consts: np.ndarray) -> np.ndarray:
+    """``model.vector_fn`` over all steps, evaluated in cache-sized chunks."""
+    n = features.shape[1]
+    out = np.empty(n, dtype=np.float64)
     with np.errstate(all="ignore"):
-        t = np.asarray(model.vector_fn(features, consts), dtype=np.float64)
-    if t.shape != (features.shape[1],):
-        t = np.broadcast_to(t, (features.shape[1],)).copy()
+        for a in range(0, n, CHUNK_STEPS):
+            b = min(n, a + CHUNK_STEPS)
+            out[a:b] = model.vector_fn(features[:, a:b], consts)
+    return out
+
+
+def _step_times(model, features: np.ndarray, consts: np.ndarray) -> tuple[np.ndarray, str]:
+    t = step_times(model, features, consts)
     if not np.all(np.isfinite(t)):
         return t, "step time not finite"
     if np.any(t <= 0):

@@ -140,7 +140,7 @@ def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
         accepted = con.execute("SELECT count(*) FROM evaluations WHERE operator LIKE 'llm:%' "
                                "AND status = 'accepted'").fetchone()[0]
         statuses = {r[0] for r in con.execute("SELECT status FROM llm_calls")}
-    assert accepted >= 3 and statuses == {"ok", "no_program"}
+    assert accepted >= 3 and "ok" in statuses and statuses <= {"ok", "no_program"}
     with sqlite3.connect(tmp_path / "rep.db") as con:
         cached = con.execute(
             "SELECT count(*), sum(cached), sum(cost_usd) FROM llm_calls").fetchone()

@@ -148,7 +148,8 @@ class FrontierRow(Base):
 
 
 class CorpusVersion(Base):
-    """What produced each corpus version, so replay can re-simulate it exactly."""
+    """Every corpus refresh: what produced it (so replay can re-simulate it exactly), its
+    producer's closed-loop loss, and whether the loop adopted it."""
 
     __tablename__ = "corpus_versions"
     run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -160,4 +161,6 @@ class CorpusVersion(Base):
     constants: Mapped[Any] = mapped_column(CanonicalJSON)  # group -> {c: v}
     names: Mapped[Any] = mapped_column(CanonicalJSON)  # scenarios simulated
     window_steps: Mapped[int] = mapped_column(Integer)
-    champion_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    closed_loop_loss: Mapped[float] = mapped_column(Float)  # the producer's official loss
+    adopted: Mapped[bool] = mapped_column(Integer)  # False: worse in closed loop, discarded
+    champion_loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # refresh ref.

@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     messages = [{"role": "user", "content": _PROMPT}]
-    request = canonical_request(cfg.model, messages, 0.0, 0, 16, "llm-check")
+    request = canonical_request(cfg.model, messages, 0.0, 0 if cfg.send_seed else None, 16,
+                                "llm-check")
     endpoint = Endpoint(cfg)
     try:
         ex = endpoint.complete(request)

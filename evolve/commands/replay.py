@@ -77,13 +77,14 @@ def run(args: argparse.Namespace) -> int:
     failures = 0
     for ev in sorted(todo, key=lambda e: (e.corpus_version, e.generation, e.seq)):
         if ctx.evaluator.corpus_version != ev.corpus_version:
-            row = next((c for c in corpora if c.version == ev.corpus_version), None)
+            row = next((c for c in corpora if c.version == ev.corpus_version and c.adopted),
+                       None)
             if row is None:
                 raise ArchiveError(f"run {rid}: corpus version {ev.corpus_version} of "
                                    f"generation {ev.generation} is not recorded")
             ctx.window_steps = row.window_steps
-            version = refresh(ctx, parse_program(sources[row.program_id]), row.constants,
-                              row.scope)
+            version, _closed = refresh(ctx, parse_program(sources[row.program_id]),
+                                       row.constants, row.scope)
             if version != row.version:
                 print(f"run {rid} gen {ev.generation}: corpus version {version} != stored "
                       f"{row.version} (simulation not reproduced)")

@@ -161,7 +161,7 @@ class LLMOperator:
         k = min(self.cfg.n_inspirations, len(pool))
         picks = sorted(int(i) for i in rng.choice(len(pool), size=k, replace=False)) if k else []
         raw_seed = int(rng.integers(0, _SEED_SPAN))
-        seed = None if self.cfg.seed is None else (raw_seed + self.cfg.seed) % _SEED_SPAN
+        seed = (raw_seed + self.cfg.seed) % _SEED_SPAN if self.cfg.send_seed else None
         kind = "crossover" if crossover else "mutate"
         try:
             prompt = build_prompt(kind, chosen, [pool[i] for i in picks],  # type: ignore[arg-type]

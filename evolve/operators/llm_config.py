@@ -29,15 +29,17 @@ class LLMConfig:
     """Everything the LLM operator needs; defaults suit a local vLLM/OpenAI-compatible server."""
 
     model: str = field(default="", metadata=_doc(
-        "model name sent to the endpoint; empty = no LLM (the run uses the offline operator)"))
+        "model name sent to the endpoint (--llm MODEL); required when operator.kind = llm"))
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata=_doc(
         "OpenAI-compatible base URL, including the /v1 suffix"))
     api_key_env: str = field(default="OPENAI_API_KEY", metadata=_doc(
         "name of the environment variable holding the API key; unset sends 'EMPTY'"))
     temperature: float = field(default=0.8, metadata=_doc(
         "sampling temperature of every request"))
-    seed: int | None = field(default=0, metadata=_doc(
-        "offset added to each request's seed (drawn from the run rng); null sends no seed"))
+    seed: int = field(default=0, metadata=_doc(
+        "offset added to each request's seed (drawn from the run rng): other samples, same run"))
+    send_seed: bool = field(default=True, metadata=_doc(
+        "send the per-request seed (turn off for servers that reject the field)"))
     max_tokens: int = field(default=4096, metadata=_doc(
         "max completion tokens per request"))
     timeout_s: float = field(default=120.0, metadata=_doc(
@@ -57,9 +59,9 @@ class LLMConfig:
     prices: dict[str, tuple[float, float]] = field(default_factory=dict, metadata=_doc(
         "USD per 1M tokens per model: {model: [input, output]}; unknown models cost 0"))
     max_total_tokens: int | None = field(default=None, metadata=_doc(
-        "token budget (prompt + completion) of the run; null = unlimited"))
+        "token budget (prompt + completion) of the run; unset = unlimited"))
     max_cost_usd: float | None = field(default=None, metadata=_doc(
-        "cost budget of the run in USD; null = unlimited"))
+        "cost budget of the run in USD; unset = unlimited"))
     prompt_token_cap: int = field(default=12000, metadata=_doc(
         "estimated tokens of system + user prompt; inspirations then tables are cut to fit"))
     on_failure: OnFailure = field(default="offline", metadata=_doc(
@@ -100,9 +102,9 @@ class LLMConfig:
         if self.n_inspirations < 0:
             out.append("n_inspirations must be >= 0")
         if self.max_total_tokens is not None and self.max_total_tokens < 0:
-            out.append("max_total_tokens must be >= 0 or null")
+            out.append("max_total_tokens must be >= 0 (or unset)")
         if self.max_cost_usd is not None and self.max_cost_usd < 0:
-            out.append("max_cost_usd must be >= 0 or null")
+            out.append("max_cost_usd must be >= 0 (or unset)")
         return out
 
     @classmethod

@@ -39,6 +39,8 @@ from evolve.search.evaluate import (
     probe_bytes,
     probe_from_bytes,
     refresh,
+    restore_corpora,
+    save_corpora,
     score_program,
 )
 from evolve.search.grid import Elite, Grid
@@ -145,7 +147,7 @@ class Search:
             self.state = st = load_state(self.archive, self.run_id, self._new_grid(), cfg,
                                          parse_program)
             self.ctx.probe = probe_from_bytes(run.probe)
-            self._rebuild_corpus(st.corpus_rows[-1])
+            self._rebuild_corpus([r for r in st.corpus_rows if r.adopted][-1])
         self.archive.update_run(self.run_id, status="running", finished_at=None)
         status = "finished"
         bar = _progress(cfg, start)
@@ -214,7 +216,7 @@ class Search:
                                    strict=True))}
         self.log(f"run {self.run_id}: simulating {len(self.ctx.names)} runs with seed "
                  f"{boot.id[:12]} at its initial constants")
-        rows.append(self._new_corpus(0, boot, init, "global", None))
+        rows.append(self._new_corpus(0, boot, init, "global"))
         self.ctx.probe = build_probe(self.evaluator, self.ctx.train)
         for stem, prog in seeds:
             rows.append(self._program_row(prog, prog.source, (), f"seed:{stem}", 0))
@@ -228,15 +230,19 @@ class Search:
             raise UserError("no seed program could be fitted: " + first[0].reason)
         _loss, _pid, champ, champ_res = min(ok, key=lambda t: (t[0], t[1]))
         self.log(f"run {self.run_id}: re-simulating with the best seed {champ.id[:12]}")
-        corpus = self._new_corpus(0, champ, champ_res.groups or {}, self.ctx.scope, None)
+        corpus = self._new_corpus(0, champ, champ_res.groups or {}, self.ctx.scope)
         rows.append(corpus)
-        self.pool.reset()
-        jobs = [(p, child_seed(cfg.run.seed, 0, len(seeds) + i))
-                for i, (_s, p) in enumerate(seeds)]
-        second = self.pool.map(jobs)
-        for (stem, prog), res in zip(seeds, second, strict=True):
-            rows.append(self._eval_row(0, prog, "refit", f"seed:{stem}", res))
-            self._accept(prog, res, 0)
+        if corpus.adopted:  # fit the seeds again on the champion's batches
+            self.pool.reset()
+            jobs = [(p, child_seed(cfg.run.seed, 0, len(seeds) + i))
+                    for i, (_s, p) in enumerate(seeds)]
+            second = self.pool.map(jobs)
+            for (stem, prog), res in zip(seeds, second, strict=True):
+                rows.append(self._eval_row(0, prog, "refit", f"seed:{stem}", res))
+                self._accept(prog, res, 0)
+        else:
+            for (_stem, prog), res in zip(seeds, first, strict=True):
+                self._accept(prog, res, 0)
         best = st.grid.best()
         corpus.champion_loss = best.loss if best else None
         st.ref_loss = best.loss if best else float("inf")
@@ -325,9 +331,16 @@ class Search:
                 or not best.loss < st.ref_loss * (1.0 - cfg.refresh_margin)):
             return []
         info = st.info[best.program_id]
-        self.log(f"\nrun {self.run_id} gen {g}: champion {best.program_id[:12]} loss "
-                 f"{best.loss:.4f} < {st.ref_loss:.4f}; re-simulating corpora")
-        row = self._new_corpus(g, info.program, info.groups, self.ctx.scope, None)
+        row = self._new_corpus(g, info.program, info.groups, self.ctx.scope)
+        self.log(f"\nrun {self.run_id} gen {g}: champion {best.program_id[:12]} (loss "
+                 f"{best.loss:.4f} < {st.ref_loss:.4f}): closed-loop loss "
+                 f"{row.closed_loop_loss:.4f}; corpora " +
+                 ("refreshed" if row.adopted else "kept (worse in closed loop)"))
+        st.n_refreshes += 1
+        st.last_refresh_gen = g
+        if not row.adopted:
+            st.ref_loss = row.champion_loss = best.loss
+            return [row]
         self.pool.reset()
         rows: list[Any] = [row]
         old = st.grid.elites()
@@ -339,25 +352,33 @@ class Search:
             self._accept(prev.program, res, e.generation)
         new_best = st.grid.best()
         st.ref_loss = row.champion_loss = new_best.loss if new_best else float("inf")
-        st.n_refreshes += 1
-        st.last_refresh_gen = g
         return rows
 
-    def _new_corpus(self, g: int, prog: Program, groups: dict, scope: str,
-                    champion_loss: float | None) -> CorpusVersion:
-        version = refresh(self.ctx, prog, groups, scope)
+    def _new_corpus(self, g: int, prog: Program, groups: dict, scope: str) -> CorpusVersion:
+        """Simulate with ``prog``; adopt the corpora only if its closed-loop training loss
+        beats that of the program behind the current corpora.
+
+        Why the gate: a champion found by teacher forcing can be unstable in closed loop
+        (e.g. queues that never drain); its batches would then poison every score.
+        """
         st = self.state
+        adopted_rows = [r for r in st.corpus_rows if r.adopted]
+        saved = save_corpora(self.evaluator)
+        version, closed = refresh(self.ctx, prog, groups, scope)
+        adopted = not adopted_rows or closed < adopted_rows[-1].closed_loop_loss
+        if not adopted:
+            restore_corpora(self.evaluator, saved)
         row = CorpusVersion(run_id=self.run_id, seq=len(st.corpus_rows), version=version,
                             generation=g, program_id=prog.id, scope=scope, constants=groups,
                             names=self.ctx.names, window_steps=self.ctx.window_steps,
-                            champion_loss=champion_loss)
+                            closed_loop_loss=closed, adopted=adopted, champion_loss=None)
         st.corpus_rows.append(row)
         st.programs[prog.id] = prog
         return row
 
     def _rebuild_corpus(self, row: CorpusVersion) -> None:
         prog = self.state.programs[row.program_id]
-        version = refresh(self.ctx, prog, row.constants, row.scope)
+        version, _closed = refresh(self.ctx, prog, row.constants, row.scope)
         if version != row.version:
             raise ArchiveError(f"run {self.run_id}: rebuilt corpus version {version} != "
                                f"stored {row.version}; data or simulator changed")

@@ -384,3 +384,25 @@ def test_llm_check_unreachable_is_one_line_and_nonzero(serve, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert err.count("\n") == 1 and "connection error" in err and server.base_url in err
+
+
+# ---- configuration -----------------------------------------------------------------------
+
+def test_no_seed_sent_when_disabled(serve, parents):
+    server = serve()
+    LLMOperator(config(server, send_seed=False)).propose(parents[:1], [], rng(), 1)
+    assert "seed" not in server.requests[0]
+
+
+def test_config_checks_and_normalises():
+    cfg = LLMConfig.from_dict({"model": "m", "prices": {"m": [1, 2.5]}})
+    assert cfg.prices == {"m": (1.0, 2.5)} and cfg.cost_usd(1_000_000, 2_000_000) == 6.0
+    assert LLMConfig.from_dict(cfg.to_dict()) == cfg
+    for bad, match in (({"on_failure": "retry"}, "on_failure"),
+                       ({"cassette_mode": "replay"}, "needs a cassette path"),
+                       ({"prices": {"m": [1.0]}}, r"prices\['m'\]"),
+                       ({"concurrency": 0}, "concurrency"),
+                       ({"modle": "x"}, "unknown key")):
+        with pytest.raises(ValueError, match=match):
+            LLMConfig.from_dict(bad)
+    assert LLMConfig(api_key_env="EVOLVE_TEST_NO_SUCH_KEY").api_key() == "EMPTY"
