@@ -112,6 +112,17 @@ def _new(scenario) -> RunMetrics:
                       workload=scenario.workload)
 
 
+def request_latencies(corpus, end_us: np.ndarray, consts: np.ndarray, model
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Closed-loop (ok mask, TTFT s, E2E s) of the requests that completed."""
+    ok = (corpus.last_step >= 0) & (corpus.first_step >= 0) & ~corpus.aborted
+    arr = corpus.arrival_us[ok]
+    out = corpus.output_tokens[ok]
+    ttft = (end_us[corpus.first_step[ok]] - arr) * 1e-6
+    e2e = (end_us[corpus.last_step[ok]] - arr + _extra_us(model, consts, out)) * 1e-6
+    return ok, ttft, e2e
+
+
 def metrics_from_times(scenario, corpus, end_us: np.ndarray, consts: np.ndarray, model,
                        error: str = "") -> RunMetrics:
     """Run metrics from step end times on a corpus (closed loop or teacher forced)."""
@@ -120,11 +131,8 @@ def metrics_from_times(scenario, corpus, end_us: np.ndarray, consts: np.ndarray,
     if error:
         rm.valid, rm.reason = False, error
         return rm
-    ok = (corpus.last_step >= 0) & (corpus.first_step >= 0) & ~corpus.aborted
-    arr = corpus.arrival_us[ok]
+    ok, ttft, e2e = request_latencies(corpus, end_us, consts, model)
     out = corpus.output_tokens[ok]
-    ttft = (end_us[corpus.first_step[ok]] - arr) * 1e-6
-    e2e = (end_us[corpus.last_step[ok]] - arr + _extra_us(model, consts, out)) * 1e-6
     rm.n_ok, rm.n_failed = int(ok.sum()), int(corpus.aborted.sum())
     rm.pred = _aggregate(ttft, e2e, out)
     rm.pred["failures"] = float(rm.n_failed)

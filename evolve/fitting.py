@@ -36,7 +36,7 @@ from evolve.language import Program
 
 Scope = Literal["global", "per_model", "per_scenario"]
 SCOPES: tuple[str, ...] = ("global", "per_model", "per_scenario")
-DEFAULT_MAX_EVALS = 600
+DEFAULT_MAX_EVALS = 1500
 DEFAULT_RESTARTS = 2
 SIGMA0 = 0.25  # initial step size in the normalised box
 
@@ -102,9 +102,11 @@ class _Box:
 
     def from_unit(self, x: np.ndarray) -> np.ndarray:
         """Unit coordinates (..., n) to constants, clipped into the declared bounds."""
-        t = self.lo_t + np.clip(x, 0.0, 1.0) * (self.hi_t - self.lo_t)
-        return np.clip(np.where(self.log, np.exp(np.where(self.log, t, 0.0)), t), self.low,
-                       self.high)
+        x = np.clip(x, 0.0, 1.0)
+        t = self.lo_t + x * (self.hi_t - self.lo_t)
+        v = np.clip(np.where(self.log, np.exp(np.where(self.log, t, 0.0)), t), self.low,
+                    self.high)
+        return np.where(x >= 1.0, self.high, np.where(x <= 0.0, self.low, v))
 
 
 def _derived_seed(seed: int, group: str, restart: int) -> int:

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.config import Config, canonical_json
     from evolve.language import parse_program
     from evolve.search.evaluate import RunContext, refresh, score_program
-    from evolve.search.loop import load_evaluator
+    from evolve.search.setup import load_evaluator
 
     with Archive(args.archive, create=False) as archive:
         pid = archive.resolve_id(args.id)

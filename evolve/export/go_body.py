@@ -128,14 +128,23 @@ def function_body(fn: ast.FunctionDef, attr_map: dict[tuple[str, str], str]) -> 
         tr = ExprTranslator(attr, defined, fresh)
         value = tr.expr(s.value)  # type: ignore[attr-defined]
         lines.append(_comment(ast.unparse(s)))
-        for h in tr.hoisted:
-            lines += [_comment(f"{h.name} = {h.source}"), f"{h.name} := {format_expr(h.b)}",
-                      f"if {format_expr(h.cond)} {{", f"\t{h.name} = {format_expr(h.a)}", "}"]
+        py = s.targets[0].id if isinstance(s, ast.Assign) else ""
+        op = "=" if py in defined else ":="
+        # `x = where(...)` assigns x in the if/else itself, unless the where reads x.
+        direct = (py and isinstance(s.value, ast.Call) and tr.hoisted  # type: ignore[attr-defined]
+                  and getattr(s.value.func, "id", "") == "where"  # type: ignore[attr-defined]
+                  and py not in _reads(s.value))  # type: ignore[attr-defined]
+        for j, h in enumerate(tr.hoisted):
+            last = direct and j == len(tr.hoisted) - 1
+            name, decl = (names[py], op) if last else (h.name, ":=")
+            if not last:
+                lines.append(_comment(f"{h.name} = {h.source}"))
+            lines += [f"{name} {decl} {format_expr(h.b)}", f"if {format_expr(h.cond)} {{",
+                      f"\t{name} = {format_expr(h.a)}", "}"]
         if isinstance(s, ast.Return):
             lines.append(f"return {format_expr(value)}")
             break
-        py = s.targets[0].id  # type: ignore[attr-defined]
-        op = "=" if py in defined else ":="
         defined[py] = names[py]
-        lines.append(f"{names[py]} {op} {format_expr(value)}")
+        if not direct:
+            lines.append(f"{names[py]} {op} {format_expr(value)}")
     return lines

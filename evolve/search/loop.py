@@ -18,12 +18,10 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from evaluator.api import Evaluator
 from evolve.archive import Archive, ArchiveError
-from evolve.archive.models import CorpusVersion, Evaluation, FrontierRow, GridCell, ProgramRow
+from evolve.archive.models import CorpusVersion, Evaluation, ProgramRow
 from evolve.cli import UserError
 from evolve.config import Config, assign_splits
 from evolve.language import Program, ProgramError, parse_program
@@ -45,16 +43,17 @@ from evolve.search.evaluate import (
 )
 from evolve.search.grid import Elite, Grid
 from evolve.search.pareto import Frontier, select_parents
+from evolve.search.setup import build_operator, load_evaluator, load_seeds
 from evolve.search.state import (
     LoopState,
     llm_row,
     load_state,
     registers_fingerprint,
+    snapshot_rows,
     source_id,
 )
 
 PURPOSE_SELECT, PURPOSE_OPERATOR = 1, 2
-PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
 
 
 @dataclass
@@ -67,43 +66,6 @@ class RunSummary:
     best_loss: float
     pick_id: str | None
     elapsed_s: float
-
-
-def load_evaluator(cfg: Config) -> Evaluator:
-    """The run's scenarios (optionally cut to their first ``head_seconds``)."""
-    ev = Evaluator.from_data(cfg.run.data or None, list(cfg.run.scenarios) or None)
-    if cfg.run.head_seconds > 0:
-        ev = Evaluator([s.head(cfg.run.head_seconds) for s in ev.scenarios])
-    return ev
-
-
-def load_seeds(cfg: Config) -> list[tuple[str, Program]]:
-    """(file stem, program) of every seed, sorted by file name; a bad seed is a user error."""
-    folder = Path(cfg.run.seeds_dir) if cfg.run.seeds_dir else PROJECT_SEEDS
-    files = sorted(folder.glob("*.py")) if folder.is_dir() else []
-    if not files:
-        raise UserError(f"{folder}: no seed programs (*.py)")
-    out = []
-    for path in files:
-        try:
-            out.append((path.stem, parse_program(path.read_text(encoding="utf-8"))))
-        except ProgramError as exc:
-            raise UserError(f"{path}: seed does not parse: {exc}") from None
-    return out
-
-
-def build_operator(cfg: Config, splits: dict[str, str]) -> Operator:
-    """The configured operator; the LLM one is told the held-out runs it must never show."""
-    if cfg.operator.kind == "llm":
-        if not cfg.llm.model:
-            raise UserError("operator.kind = llm needs llm.model (--llm MODEL)")
-        from evolve.operators.llm import build_llm_operator
-
-        heldout = sorted(n for n, s in splits.items() if s != "train")
-        return build_llm_operator(cfg.llm, heldout)
-    from evolve.operators.offline import OfflineOperator
-
-    return OfflineOperator(max_complexity=min(cfg.search.complexity_cap, 30))
 
 
 class _Stop(Exception):
@@ -162,7 +124,7 @@ class Search:
                 except _Stop as stop:
                     status = f"stopped:{stop}"
                     break
-                rows += self._snapshot(g)
+                rows += snapshot_rows(self.run_id, g, st.grid, self._frontier())
                 extra = {"probe": probe_bytes(self.ctx.probe)} if g == 0 else {}
                 self.archive.commit_generation(self.run_id, g, rows, **extra)
                 st.generations_done = g
@@ -443,21 +405,6 @@ class Search:
             self.state.llm_cost += row.cost_usd
             rows.append(row)
         return rows
-
-    def _snapshot(self, g: int) -> list[Any]:
-        rows: list[Any] = [GridCell(run_id=self.run_id, generation=g, cell=f"{c[0]},{c[1]}",
-                                    program_id=e.program_id, loss=e.loss,
-                                    complexity=e.complexity, n_features=e.n_features,
-                                    elite_generation=e.generation)
-                           for c, e in self.state.grid.cells()]
-        front = self._frontier()
-        pick = front.pick()
-        rows += [FrontierRow(run_id=self.run_id, generation=g, position=i,
-                             program_id=e.program_id, loss=e.loss, complexity=e.complexity,
-                             picked=pick is not None and e.program_id == pick.program_id)
-                 for i, e in enumerate(front.members)]
-        return rows
-
 
 def _progress(cfg: Config, start: int) -> Any:
     if not cfg.run.progress:

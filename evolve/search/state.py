@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolve.archive import Archive, ArchiveError
-from evolve.archive.models import CorpusVersion, LLMCall
+from evolve.archive.models import CorpusVersion, FrontierRow, GridCell, LLMCall
 from evolve.config import Config
 from evolve.language import Program
 from evolve.search.evaluate import Scored
 from evolve.search.grid import Elite, Grid
+from evolve.search.pareto import Frontier
 
 
 def source_id(text: str) -> str:
@@ -129,3 +130,17 @@ def load_state(archive: Archive, run_id: int, grid: Grid, cfg: Config,
     st.n_fitted = archive.count_evaluations(run_id, ("child",))
     st.llm_tokens, st.llm_cost = archive.llm_usage(run_id)
     return st
+
+
+def snapshot_rows(run_id: int, generation: int, grid: Grid, front: Frontier) -> list[Any]:
+    """The grid and the frontier (with its pick) after a generation, as archive rows."""
+    rows: list[Any] = [GridCell(run_id=run_id, generation=generation, cell=f"{c[0]},{c[1]}",
+                                program_id=e.program_id, loss=e.loss, complexity=e.complexity,
+                                n_features=e.n_features, elite_generation=e.generation)
+                       for c, e in grid.cells()]
+    pick = front.pick()
+    rows += [FrontierRow(run_id=run_id, generation=generation, position=i,
+                         program_id=e.program_id, loss=e.loss, complexity=e.complexity,
+                         picked=pick is not None and e.program_id == pick.program_id)
+             for i, e in enumerate(front.members)]
+    return rows

@@ -93,6 +93,7 @@ def step_time(f, c):
     range = f.kv_max + 1.0
     math = sqrt(range)
     where1 = where(f.tp > 1.0, math, range)
+    where1 = where(where1 > 30.0, where1 / 2.0, where1 + range)
     max = where(f.kv_sum < 10.0, where1, 2.0)
     return max + where1 + 100.0
 ''',

@@ -1,0 +1,109 @@
+"""``evolve validate ID``: closed-loop simulation of an archived program on every run.
+
+Prints the per-run table (measured vs simulated mean/p90/p99 E2E and TTFT, decode
+interval, APE, split) and writes two PNG plots. ID is an archived program id (prefix
+accepted); its constants are those of its latest accepted evaluation. A program file can
+be validated too, with ``--constants JSON`` ({group: {name: value}}) or at its initial
+constants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evolve.cli import UserError
+from evolve.reporting import table
+
+HELP = "closed-loop validation of a program against every measured run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("program", help="archived program id (or prefix), or a program file")
+    parser.add_argument("--archive", default="archive.db", help="archive path")
+    parser.add_argument("--run", type=int, help="archive run whose constants to use")
+    parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
+    parser.add_argument("--split", default="all", choices=["all", "train", "validate", "test"],
+                        help="which runs to simulate")
+    parser.add_argument("--out", default="runs/validate", help="directory for the plots")
+    parser.add_argument("--constants", help="JSON file {group: {name: value}} for a program file")
+    parser.add_argument("--scope", choices=["global", "per_model", "per_scenario"],
+                        help="constant scope (default: inferred from the constant groups)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def infer_scope(groups: dict, scenarios) -> str:
+    keys = set(groups)
+    if keys == {"global"}:
+        return "global"
+    if keys <= {s.model for s in scenarios}:
+        return "per_model"
+    return "per_scenario"
+
+
+def load_target(args: argparse.Namespace):
+    """(program, constant groups, label) from the archive or from a file."""
+    from evolve.language import ProgramError, parse_program
+
+    path = Path(args.program)
+    if path.suffix == ".py" or path.exists():
+        try:
+            program = parse_program(path.read_bytes())
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+        except ProgramError as exc:
+            raise UserError(f"{path}: {exc}") from None
+        groups = {}
+        if args.constants:
+            try:
+                groups = json.loads(Path(args.constants).read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise UserError(f"{args.constants}: not a readable JSON file ({exc})") from None
+        return program, groups, path.stem
+    from evolve.archive.store import Archive
+
+    if not Path(args.archive).exists():
+        raise UserError(f"{args.archive}: archive not found (run `evolve run` first)")
+    with Archive(args.archive, create=False) as ar:
+        pid = ar.resolve_id(args.program)
+        evals = [e for e in ar.evaluations_of(pid) if e.status == "accepted" and e.constants
+                 and (args.run is None or e.run_id == args.run)]
+        if not evals:
+            raise UserError(f"{args.archive}: program {pid[:12]} has no accepted evaluation")
+        rows = ar.program(pid, evals[-1].run_id)
+        program = parse_program(rows[0].source)
+        return program, evals[-1].constants, pid[:12]
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluator.api import Evaluator
+    from evolve.fitting import const_map
+    from evolve.validation import plot, summary_lines, table_headers, table_rows, validate
+
+    program, groups, label = load_target(args)
+    ev = Evaluator.from_data(args.data)
+    names = ev.names(None if args.split == "all" else args.split)
+    scope = args.scope or (infer_scope(groups, ev.scenarios) if groups else "global")
+    consts = const_map(program, groups, ev.scenarios, scope)
+    print(f"validating {label} (scope {scope}) closed loop on {len(names)} runs...",
+          file=sys.stderr)
+    val = validate(ev, program.step_model(), consts, names,
+                   progress=lambda n: print(f"  simulated {n}", file=sys.stderr))
+    if args.json:
+        out = {n: m.to_dict() for n, m in val.metrics.items()}
+        json.dump({"program": program.id, "scope": scope, "runs": out}, sys.stdout,
+                  indent=1, sort_keys=True)
+        print()
+    else:
+        print(f"program {program.id[:12]} (complexity {program.complexity}, scope {scope}); "
+              "closed loop; times in s; decode interval = (E2E - TTFT) / (output tokens - 1)")
+        print(table(table_headers(), table_rows(val.metrics), right=range(2, 24)))
+        for line in summary_lines(val.metrics):
+            print(line)
+    if not args.no_plots:
+        for p in plot(val, Path(args.out), label):
+            print(f"wrote {p}", file=sys.stderr)
+    return 0

@@ -1,0 +1,54 @@
+"""Everything a run needs before its first generation: scenarios, seeds, the operator.
+
+Shared by ``evolve run`` (through the loop) and ``evolve replay``, which must rebuild the
+evaluator exactly as the run had it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evaluator.api import Evaluator
+from evolve.cli import UserError
+from evolve.config import Config
+from evolve.language import Program, ProgramError, parse_program
+from evolve.operators.base import Operator
+
+PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
+
+
+def load_evaluator(cfg: Config) -> Evaluator:
+    """The run's scenarios (optionally cut to their first ``head_seconds``)."""
+    ev = Evaluator.from_data(cfg.run.data or None, list(cfg.run.scenarios) or None)
+    if cfg.run.head_seconds > 0:
+        ev = Evaluator([s.head(cfg.run.head_seconds) for s in ev.scenarios])
+    return ev
+
+
+def load_seeds(cfg: Config) -> list[tuple[str, Program]]:
+    """(file stem, program) of every seed, sorted by file name; a bad seed is a user error."""
+    folder = Path(cfg.run.seeds_dir) if cfg.run.seeds_dir else PROJECT_SEEDS
+    files = sorted(folder.glob("*.py")) if folder.is_dir() else []
+    if not files:
+        raise UserError(f"{folder}: no seed programs (*.py)")
+    out = []
+    for path in files:
+        try:
+            out.append((path.stem, parse_program(path.read_text(encoding="utf-8"))))
+        except ProgramError as exc:
+            raise UserError(f"{path}: seed does not parse: {exc}") from None
+    return out
+
+
+def build_operator(cfg: Config, splits: dict[str, str]) -> Operator:
+    """The configured operator; the LLM one is told the held-out runs it must never show."""
+    if cfg.operator.kind == "llm":
+        if not cfg.llm.model:
+            raise UserError("operator.kind = llm needs llm.model (--llm MODEL)")
+        from evolve.operators.llm import build_llm_operator
+
+        heldout = sorted(n for n, s in splits.items() if s != "train")
+        return build_llm_operator(cfg.llm, heldout)
+    from evolve.operators.offline import OfflineOperator
+
+    return OfflineOperator(max_complexity=min(cfg.search.complexity_cap, 30))

@@ -1,0 +1,142 @@
+"""Closed-loop validation of one program against every measured run: table and plots.
+
+Why closed loop: a program's official score. Teacher forcing holds the batches fixed;
+here the simulator lets batches, queues and client timeouts react to the program, exactly
+as BLIS would run it. Plots use matplotlib's Agg backend (files only, no display).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from evaluator.api import ConstMap, Evaluator, RunMetrics, StepModel
+from evaluator.score import request_latencies
+
+TABLE_KEYS = (("e2e_mean", "E2E"), ("e2e_p90", "E2E p90"), ("e2e_p99", "E2E p99"),
+              ("ttft_mean", "TTFT"), ("ttft_p90", "TTFT p90"), ("ttft_p99", "TTFT p99"),
+              ("itl_mean", "decode interval"))
+
+
+@dataclass
+class Validation:
+    metrics: dict[str, RunMetrics]
+    latencies: dict[str, tuple[np.ndarray, np.ndarray]]  # run -> (sim E2E s, measured E2E s)
+
+
+def validate(ev: Evaluator, model: StepModel, consts: ConstMap,
+             names: list[str] | None = None, progress=None) -> Validation:
+    sims = ev.simulate(model, consts, names=names, progress=progress)
+    lat = {}
+    for name, res in sims.items():
+        sc = ev.by_name[name]
+        _, _, e2e = request_latencies(res.corpus, res.corpus.end_us,
+                                      np.asarray(consts[name], dtype=np.float64), model)
+        meas = sc.measured.e2e_s[~sc.measured.failed & np.isfinite(sc.measured.e2e_s)]
+        lat[name] = (e2e, meas)
+    return Validation({n: r.metrics for n, r in sims.items()}, lat)
+
+
+def table_rows(metrics: Mapping[str, RunMetrics]) -> list[list[str]]:
+    rows = []
+    for name, m in metrics.items():
+        row = [name[16:] if name[:8].isdigit() else name, m.split]
+        for key, _label in TABLE_KEYS:
+            p, me, a = m.pred.get(key), m.meas.get(key), m.ape.get(key)
+            row.append("-" if me is None else f"{me:.3f}")
+            row.append("-" if p is None else f"{p:.3f}")
+            row.append("-" if a is None else f"{100 * a:.1f}%")
+        row.append(f"{m.pred.get('failures', 0):.0f}/{m.meas.get('failures', 0):.0f}")
+        row.append(m.reason)
+        rows.append(row)
+    return rows
+
+
+def table_headers() -> list[str]:
+    heads = ["run", "split"]
+    for _key, label in TABLE_KEYS:
+        heads += [f"{label} meas", "pred", "APE"]
+    return [*heads, "failed sim/meas", "note"]
+
+
+def summary_lines(metrics: Mapping[str, RunMetrics]) -> list[str]:
+    """Counts against the issue's targets, per split."""
+    lines = []
+    for split in ("train", "validate", "test"):
+        runs = [m for m in metrics.values() if m.split == split]
+        if not runs:
+            continue
+        e2e = [m.ape.get("e2e_mean", np.inf) for m in runs]
+        ttft = [m.ape.get("ttft_mean", np.inf) for m in runs]
+        lines.append(f"{split}: {len(runs)} runs, mean E2E APE median {100 * np.median(e2e):.1f}%"
+                     f" max {100 * np.max(e2e):.1f}%, mean TTFT APE median "
+                     f"{100 * np.median(ttft):.1f}% max {100 * np.max(ttft):.1f}%")
+    normal = [m for m in metrics.values() if m.workload != "reasoning"]
+    if normal:
+        for lim in (0.03, 0.05, 0.10):
+            k = sum(1 for m in normal if m.ape.get("e2e_mean", np.inf) < lim)
+            lines.append(f"non-reasoning runs within {100 * lim:.0f}% mean E2E: {k} of "
+                         f"{len(normal)}")
+    return lines
+
+
+def plot(val: Validation, out_dir: Path, title: str) -> list[Path]:
+    """Predicted vs measured per run, and per-request E2E CDFs per run (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, key, label in ((axes[0], "e2e_mean", "mean E2E (s)"),
+                           (axes[1], "ttft_mean", "mean TTFT (s)")):
+        for m in val.metrics.values():
+            if key in m.pred and key in m.meas:
+                marker = {"train": "o", "validate": "s", "test": "^"}.get(m.split, "x")
+                ax.scatter(m.meas[key], m.pred[key], marker=marker, label=m.split)
+        lo = min([v for m in val.metrics.values() for v in (m.meas.get(key), m.pred.get(key))
+                  if v] or [1e-3])
+        hi = max([v for m in val.metrics.values() for v in (m.meas.get(key), m.pred.get(key))
+                  if v] or [1.0])
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"simulated {label}")
+        handles, labels = ax.get_legend_handles_labels()
+        uniq = dict(zip(labels, handles, strict=False))
+        ax.legend(uniq.values(), uniq.keys())
+    fig.suptitle(f"{title}: closed loop vs measured, per run")
+    fig.tight_layout()
+    p = out_dir / "pred_vs_measured.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+
+    n = len(val.latencies)
+    cols = 4
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, (name, (sim, meas)) in zip(axes.flat, val.latencies.items(), strict=False):
+        for vals, label in ((meas, "measured"), (sim, "simulated")):
+            if vals.size:
+                v = np.sort(vals)
+                ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label)
+        ax.set_title(name[16:] if name[:8].isdigit() else name, fontsize=8)
+        ax.set_xlabel("E2E (s)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{title}: per-request E2E CDF, measured vs simulated")
+    fig.tight_layout()
+    p = out_dir / "e2e_cdfs.png"
+    fig.savefig(p, dpi=90)
+    plt.close(fig)
+    paths.append(p)
+    return paths

@@ -1,0 +1,138 @@
+"""CMA-ES fitting: the fast objective equals the evaluator's loss, fits are deterministic,
+reduce the loss, respect bounds and scopes, and survive programs with invalid outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evaluator.api import Evaluator, loss
+from evolve.fit_objective import PENALTY, GroupObjective
+from evolve.fitting import _Box, const_map, fit_program, group_key
+from evolve.language import parse_program
+
+SEEDS = Path(__file__).resolve().parents[1] / "seeds"
+
+
+def seed_program(name: str):
+    return parse_program((SEEDS / f"{name}.py").read_text())
+
+
+@pytest.fixture(scope="module")
+def refreshed(small_scenarios) -> Evaluator:
+    """The four 90-second runs, simulated once with the roofline seed's initial values."""
+    ev = Evaluator(small_scenarios)
+    p = seed_program("roofline")
+    ev.refresh_corpora(p.step_model(), const_map(p, {}, ev.scenarios, "global"))
+    return ev
+
+
+def _random_constants(p, n: int, seed: int) -> np.ndarray:
+    lo, hi = p.bounds()
+    rng = np.random.default_rng(seed)
+    return np.vstack([p.init_vector(), lo + rng.random((n, p.n_constants)) * (hi - lo)])
+
+
+@pytest.mark.parametrize("name", ["trained_physics", "roofline", "regime"])
+def test_fast_objective_equals_evaluator_loss(refreshed, name):
+    p = seed_program(name)
+    model = p.step_model()
+    names = refreshed.names()
+    obj = GroupObjective(p, model, refreshed, [refreshed.by_name[n] for n in names])
+    X = _random_constants(p, 5, 3)
+    fast = obj(X)
+    for i, x in enumerate(X):
+        ref = loss(refreshed.score(model, {n: x for n in names}, names), names)
+        if np.isfinite(ref):
+            assert fast[i] == pytest.approx(ref, rel=1e-9)
+        else:
+            assert fast[i] == PENALTY
+
+
+def test_invalid_constants_get_the_penalty(refreshed):
+    p = parse_program('CONSTANTS = {"a": (1.0, -5.0, 5.0)}\n'
+                      "def step_time(f, c):\n    return c.a * (f.weight_read + 1.0)\n")
+    names = refreshed.names()
+    obj = GroupObjective(p, p.step_model(), refreshed, [refreshed.by_name[n] for n in names])
+    got = obj(np.array([[1.0], [-1.0], [0.0]]))
+    assert got[0] < PENALTY and got[1] == PENALTY and got[2] == PENALTY
+
+
+def test_fit_is_deterministic_and_reduces_loss(refreshed):
+    p = seed_program("trained_physics")
+    names = refreshed.names()
+    state = np.random.get_state()[1].copy()
+    a = fit_program(p, refreshed, names, "global", seed=11, max_evals=250)
+    b = fit_program(p, refreshed, names, "global", seed=11, max_evals=250)
+    assert a.groups == b.groups  # bit for bit: float equality of every constant
+    assert a.loss == b.loss and a.n_evals == b.n_evals
+    assert np.array_equal(np.random.get_state()[1], state)  # global RNG untouched
+    assert a.status == "ok"
+    assert a.loss < a.init_loss
+    c = fit_program(p, refreshed, names, "global", seed=12, max_evals=250)
+    assert c.groups != a.groups
+
+
+def test_fit_recovers_from_poor_initial_constants(refreshed):
+    src = (SEEDS / "roofline.py").read_text().replace('"overhead_us": (3000.0,',
+                                                      '"overhead_us": (40000.0,')
+    p = parse_program(src)
+    r = fit_program(p, refreshed, refreshed.names(), "global", seed=5, max_evals=400)
+    assert r.init_loss > 1.0  # 40 ms of overhead per step is far too slow
+    assert r.loss < 0.5 * r.init_loss
+    lo, hi = p.bounds()
+    vals = np.array([r.groups["global"][n] for n in p.const_names])
+    assert np.all(vals >= lo) and np.all(vals <= hi)
+
+
+@pytest.mark.parametrize("scope", ["per_model", "per_scenario"])
+def test_scopes_fit_one_vector_per_group(refreshed, scope):
+    p = seed_program("linear")
+    names = refreshed.names()
+    r = fit_program(p, refreshed, names, scope, seed=3, max_evals=120, restarts=0)
+    expected = {group_key(refreshed.by_name[n], scope) for n in names}
+    assert set(r.groups) == expected and len(expected) == 4
+    cmap = const_map(p, r.groups, refreshed.scenarios, scope)
+    for sc in refreshed.scenarios:
+        g = r.groups[group_key(sc, scope)]
+        assert cmap[sc.name].tolist() == [g[k] for k in p.const_names]
+    assert r.loss == pytest.approx(loss(refreshed.score(p.step_model(), cmap, names), names))
+    assert r.loss < r.init_loss
+
+
+def test_unfitted_group_falls_back_to_initial_values(refreshed):
+    p = seed_program("linear")
+    cmap = const_map(p, {}, refreshed.scenarios, "per_model")
+    assert all(v.tolist() == p.init_vector().tolist() for v in cmap.values())
+    with pytest.raises(ValueError, match="unknown scope"):
+        group_key(refreshed.scenarios[0], "per_gpu")
+
+
+def test_program_that_is_always_invalid_reports_status(refreshed):
+    p = parse_program('CONSTANTS = {"a": (1.0, 0.0, 5.0)}\n'
+                      "def step_time(f, c):\n    return -c.a - f.tp\n")
+    r = fit_program(p, refreshed, refreshed.names(), "global", seed=1, max_evals=60,
+                    restarts=1)
+    assert r.status == "invalid" and r.loss == float("inf")
+
+
+def test_program_without_constants(refreshed):
+    p = parse_program("CONSTANTS = {}\ndef step_time(f, c):\n"
+                      "    return 1.2 * (f.weight_read + f.kv_read) + 2000.0\n")
+    r = fit_program(p, refreshed, refreshed.names(), "global", seed=1)
+    assert r.status == "no_constants" and r.groups == {"global": {}}
+    assert np.isfinite(r.loss) and r.loss == r.init_loss
+
+
+def test_box_uses_log_scale_for_wide_positive_ranges():
+    p = parse_program('CONSTANTS = {"a": (10.0, 1.0, 1000.0), "b": (0.5, 0.0, 1000.0),'
+                      ' "d": (5.0, 1.0, 50.0)}\n'
+                      "def step_time(f, c):\n    return c.a + c.b + c.d\n")
+    box = _Box(p)
+    assert box.log.tolist() == [True, False, False]
+    u = box.to_unit(p.init_vector())
+    assert u[0] == pytest.approx(1 / 3)  # log10(10) between log10(1) and log10(1000)
+    np.testing.assert_allclose(box.from_unit(u), p.init_vector(), rtol=1e-12)
+    assert box.from_unit(np.array([2.0, -1.0, 0.5])).tolist() == [1000.0, 0.0, 25.5]
