@@ -132,3 +132,15 @@ def test_default_toml_is_valid():
 
     path = Path(__file__).resolve().parents[1] / "configs" / "default.toml"
     assert load_config(path) == Config()
+
+
+def test_llm_flags_pass_through(capsys):
+    argv = ["run", "--print-config", "--llm", "qwen", "--llm-base-url", "http://h:1/v1",
+            "--cassette", "c.jsonl", "--replay"]
+    assert main(argv) == 0
+    data = tomllib.loads(capsys.readouterr().out)
+    assert data["operator"]["kind"] == "llm"
+    assert data["llm"]["model"] == "qwen" and data["llm"]["base_url"] == "http://h:1/v1"
+    assert data["llm"]["cassette"] == "c.jsonl" and data["llm"]["cassette_mode"] == "replay"
+    assert main(["run", "--print-config", "--record"]) == 2
+    assert "--cassette" in capsys.readouterr().err

@@ -97,3 +97,26 @@ def test_rejections_are_stored_with_reasons(reference):
         assert (e["status"] == "accepted") == (e["reason"] == ""), e
         if e["kind"] == "screen":
             assert e["status"] == "rejected" and e["n_evals"] == 0
+
+
+def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
+    class FakeLLM(OfflineOperator):
+        """Offline proposals dressed as LLM replies of 100 tokens each."""
+
+        def propose(self, parents, inspirations, rng, n):
+            out = []
+            for i, p in enumerate(super().propose(parents, inspirations, rng, n)):
+                call = {"request_hash": f"h{i}", "model": "fake", "template_version": "t",
+                        "prompt_tokens": 60, "completion_tokens": 40, "cost_usd": 0.0,
+                        "latency_s": 0.1 * (i + 1), "status": "ok", "reply": p.source or "",
+                        "error": "", "cached": True}
+                out.append(type(p)(p.source, "llm:mutate", p.parent_ids, p.error, call))
+            return out
+
+    summary, tables = run_tiny(tmp_path / "f.db", operator=FakeLLM(),
+                               llm__max_total_tokens=500)
+    # 3 children x 100 tokens per generation: the budget is crossed during generation 2
+    assert summary.status == "stopped:llm_tokens" and summary.generations_done == 2
+    calls = tables["llm_calls"]
+    assert len(calls) == 6 and {c["model"] for c in calls} == {"fake"}
+    assert "latency_s" not in calls[0]  # wall clock is left out of comparisons

@@ -137,7 +137,9 @@ def function_body(fn: ast.FunctionDef, attr_map: dict[tuple[str, str], str]) -> 
         for j, h in enumerate(tr.hoisted):
             last = direct and j == len(tr.hoisted) - 1
             name, decl = (names[py], op) if last else (h.name, ":=")
-            if not last:
+            if last:
+                taken.discard(h.name)  # not emitted: the next temporary may reuse it
+            else:
                 lines.append(_comment(f"{h.name} = {h.source}"))
             lines += [f"{name} {decl} {format_expr(h.b)}", f"if {format_expr(h.cond)} {{",
                       f"\t{name} = {format_expr(h.a)}", "}"]
