@@ -104,6 +104,8 @@ def build_fit_set(scenario, corpus: Corpus, window_steps: int = 3000) -> FitSet:
     done = (corpus.last_step >= 0) & ~corpus.aborted & (corpus.first_step >= 0)
     ok = done & ~m.failed & np.isfinite(m.e2e_s) & np.isfinite(m.ttft_s)
     ok &= corpus.wait_us <= wait_limit_us(m.ttft_s)
+    if scenario.scored is not None:
+        ok &= scenario.scored
     life = corpus.last_step[done] - corpus.admit_step[done]
     width = max(window_steps, 4 * int(np.median(life)) if life.size else 0)
     feats, keep, adm, fst, lst = [], [], [], [], []

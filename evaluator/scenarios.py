@@ -168,6 +168,7 @@ class Scenario:
     prefix_group: np.ndarray  # int64 in [0, n_prefix_groups)
     measured: Measured
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    scored: np.ndarray | None = field(default=None, compare=False)  # None: every request
 
     @property
     def n_requests(self) -> int:
@@ -184,26 +185,52 @@ class Scenario:
         return np.array([float(vals[k]) for k in ARCH_FIELDS], dtype=np.float64)
 
     def head(self, seconds: float) -> Scenario:
-        """The same run cut to the requests arriving in the first ``seconds`` (for tests).
+        """The same run cut to the requests arriving in the first ``seconds`` (for tests)."""
+        return self.window(0.0, seconds, keep_name=True)
 
-        Measured aggregates are recomputed from the kept requests' ground truth.
+    def window(self, start_s: float, end_s: float, warmup_s: float = 0.0,
+               keep_name: bool = False) -> Scenario:
+        """The requests arriving in ``[start_s - warmup_s, end_s)``, as a run of its own.
+
+        Requests of the warm-up part are simulated (they fill the batches and the KV cache
+        to a steady state) but not scored: ``scored`` marks the rest. Measured aggregates
+        are recomputed from the scored requests' ground truth. Closed-loop fitting uses
+        one such slice per load stage, a fraction of the cost of the whole run.
         """
-        keep = self.arrival_us < seconds * 1e6
+        t0 = max(0.0, start_s - warmup_s)
+        keep = (self.arrival_us >= t0 * 1e6) & (self.arrival_us < end_s * 1e6)
+        arrival = self.arrival_us[keep]
+        scored = arrival >= start_s * 1e6
+        if self.scored is not None:
+            scored &= self.scored[keep]
         m = self.measured
         e2e, ttft, failed = m.e2e_s[keep], m.ttft_s[keep], m.failed[keep]
-        summary = summary_from_requests(e2e, ttft, failed)
-        stages, left = [], seconds
+        summary = summary_from_requests(e2e[scored], ttft[scored], failed[scored])
+        stages, edge = [], 0.0
         for st in self.stages:
-            if left <= 0:
-                break
-            stages.append(Stage(st.rate, min(st.duration_s, left)))
-            left -= st.duration_s
-        return replace(self, name=self.name, stages=tuple(stages),
-                       arrival_us=self.arrival_us[keep], input_tokens=self.input_tokens[keep],
+            lo, hi = max(edge, t0), min(edge + st.duration_s, end_s)
+            if hi > lo:
+                stages.append(Stage(st.rate, hi - lo))
+            edge += st.duration_s
+        name = self.name if keep_name else f"{self.name}@{start_s:.0f}-{end_s:.0f}s"
+        return replace(self, name=name, stages=tuple(stages),
+                       arrival_us=arrival - t0 * 1e6, input_tokens=self.input_tokens[keep],
                        output_tokens=self.output_tokens[keep],
                        prefix_group=self.prefix_group[keep],
                        measured=Measured(e2e, ttft, failed, summary),
-                       meta={**self.meta, "head_s": seconds})
+                       scored=None if scored.all() else scored,
+                       meta={**self.meta, "window_s": (start_s, end_s, warmup_s),
+                             "parent": self.name})
+
+    def stage_slices(self, width_s: float = 120.0, warmup_s: float = 30.0) -> list[Scenario]:
+        """One window of ``width_s`` (after ``warmup_s``) in the middle of every load stage."""
+        out, edge = [], 0.0
+        for st in self.stages:
+            mid = edge + st.duration_s / 2.0
+            half = min(width_s, st.duration_s) / 2.0
+            out.append(self.window(mid - half, mid + half, warmup_s))
+            edge += st.duration_s
+        return out
 
     def stage_of(self, t_us: np.ndarray) -> np.ndarray:
         """Load-stage index of each time (µs since the first arrival)."""

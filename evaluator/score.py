@@ -77,10 +77,14 @@ def _measured(scenario) -> dict[str, float]:
     m = scenario.measured
     meas = {k: float(v) for k, v in m.summary.items() if k in METRIC_KEYS}
     ok = ~m.failed & np.isfinite(m.e2e_s) & np.isfinite(m.ttft_s)
+    failed = m.failed
+    if scenario.scored is not None:
+        ok &= scenario.scored
+        failed = failed & scenario.scored
     n = scenario.output_tokens[ok]
     if ok.any():
         meas["itl_mean"] = float(np.mean((m.e2e_s[ok] - m.ttft_s[ok]) / np.maximum(n - 1, 1)))
-    meas["failures"] = float(m.failed.sum())
+    meas["failures"] = float(failed.sum())
     return meas
 
 
@@ -112,10 +116,16 @@ def _new(scenario) -> RunMetrics:
                       workload=scenario.workload)
 
 
-def request_latencies(corpus, end_us: np.ndarray, consts: np.ndarray, model
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Closed-loop (ok mask, TTFT s, E2E s) of the requests that completed."""
+def _done(corpus, scored: np.ndarray | None = None) -> np.ndarray:
     ok = (corpus.last_step >= 0) & (corpus.first_step >= 0) & ~corpus.aborted
+    return ok if scored is None else ok & scored
+
+
+def request_latencies(corpus, end_us: np.ndarray, consts: np.ndarray, model,
+                      scored: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Closed-loop (ok mask, TTFT s, E2E s) of the (scored) requests that completed."""
+    ok = _done(corpus, scored)
     arr = corpus.arrival_us[ok]
     out = corpus.output_tokens[ok]
     ttft = (end_us[corpus.first_step[ok]] - arr) * 1e-6
@@ -131,9 +141,10 @@ def metrics_from_times(scenario, corpus, end_us: np.ndarray, consts: np.ndarray,
     if error:
         rm.valid, rm.reason = False, error
         return rm
-    ok, ttft, e2e = request_latencies(corpus, end_us, consts, model)
+    ok, ttft, e2e = request_latencies(corpus, end_us, consts, model, scenario.scored)
     out = corpus.output_tokens[ok]
-    rm.n_ok, rm.n_failed = int(ok.sum()), int(corpus.aborted.sum())
+    aborted = corpus.aborted if scenario.scored is None else corpus.aborted & scenario.scored
+    rm.n_ok, rm.n_failed = int(ok.sum()), int(aborted.sum())
     rm.pred = _aggregate(ttft, e2e, out)
     rm.pred["failures"] = float(rm.n_failed)
     return _finish(rm)
@@ -183,14 +194,15 @@ def score_corpus(scenario, corpus, model, consts: np.ndarray) -> RunMetrics:
     if err:
         rm.valid, rm.reason = False, err
         return rm
-    ok = (corpus.last_step >= 0) & (corpus.first_step >= 0) & ~corpus.aborted
+    ok = _done(corpus, scenario.scored)
     out = corpus.output_tokens[ok]
     to_first, to_last = _lifetimes(t, corpus.admit_step[ok], corpus.first_step[ok],
                                    corpus.last_step[ok])
     pre = q[ok] + corpus.wait_us[ok]
     ttft = (pre + to_first) * 1e-6
     e2e = (pre + to_last + _extra_us(model, consts, out)) * 1e-6
-    rm.n_ok, rm.n_failed = int(ok.sum()), int(corpus.aborted.sum())
+    aborted = corpus.aborted if scenario.scored is None else corpus.aborted & scenario.scored
+    rm.n_ok, rm.n_failed = int(ok.sum()), int(aborted.sum())
     rm.pred = _aggregate(ttft, e2e, out)
     rm.pred["failures"] = float(rm.n_failed)
     return _finish(rm)

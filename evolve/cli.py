@@ -67,4 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Re-import so ``python -m evolve.cli`` shares one UserError class with the commands.
+    from evolve.cli import main as _main
+
+    sys.exit(_main())

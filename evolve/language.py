@@ -214,8 +214,11 @@ def parse_program(text: str | bytes) -> Program:
     except SyntaxError as exc:
         raise ProgramError(f"syntax error: {exc.msg}", "syntax", exc.lineno,
                            (exc.text or "").strip()[:80]) from None
-    except (ValueError, RecursionError, MemoryError) as exc:
-        raise ProgramError(f"cannot parse: {type(exc).__name__}: {exc}", "syntax") from None
+    except ValueError as exc:  # e.g. NUL bytes
+        raise ProgramError(f"cannot parse: {exc}", "syntax") from None
+    except (RecursionError, MemoryError) as exc:  # the parser's own nesting limits
+        raise ProgramError(f"too deeply nested to parse ({type(exc).__name__})",
+                           "size") from None
     chk = check_tree(tree)
     source, doc = _normalise(chk)
     names = sorted(n for n in chk.constants

@@ -161,5 +161,5 @@ def test_bad_input_is_one_line(uninterrupted, tmp_path, capsys, argv, needle):
 def test_cli_exit_code_in_a_real_process(tmp_path):
     (tmp_path / "junk.db").write_bytes(b"not sqlite" * 100)
     proc = evolve("runs", "--archive", str(tmp_path / "junk.db"))
-    out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and len(err.strip().splitlines()) == 1

@@ -10,7 +10,7 @@ import pytest
 
 from evaluator.api import Evaluator, loss
 from evolve.fit_objective import PENALTY, GroupObjective
-from evolve.fitting import _Box, const_map, fit_program, group_key
+from evolve.fitting import Box, const_map, fit_program, group_key
 from evolve.language import parse_program
 
 SEEDS = Path(__file__).resolve().parents[1] / "seeds"
@@ -130,7 +130,7 @@ def test_box_uses_log_scale_for_wide_positive_ranges():
     p = parse_program('CONSTANTS = {"a": (10.0, 1.0, 1000.0), "b": (0.5, 0.0, 1000.0),'
                       ' "d": (5.0, 1.0, 50.0)}\n'
                       "def step_time(f, c):\n    return c.a + c.b + c.d\n")
-    box = _Box(p)
+    box = Box(p)
     assert box.log.tolist() == [True, False, False]
     u = box.to_unit(p.init_vector())
     assert u[0] == pytest.approx(1 / 3)  # log10(10) between log10(1) and log10(1000)

@@ -42,7 +42,7 @@ scenarios = {scenarios}
 seeds_dir = "{seeds}"
 
 [search]
-children = 3
+children = 2
 inspirations = 2
 
 [fit]
@@ -122,7 +122,7 @@ def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
                      server.base_url, "--record", cwd=tmp_path)
         n_requests = len(server.requests)
     assert rec.returncode == 0, rec.stderr[-3000:]
-    assert n_requests == GENERATIONS * 3
+    assert n_requests == GENERATIONS * 2
     assert len(cassette.read_text().splitlines()) == n_requests
     # The held-out runs never reached the endpoint.
     sent = "\n".join(m["content"] for r in server.requests for m in r["messages"])
@@ -140,7 +140,7 @@ def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
         accepted = con.execute("SELECT count(*) FROM evaluations WHERE operator LIKE 'llm:%' "
                                "AND status = 'accepted'").fetchone()[0]
         statuses = {r[0] for r in con.execute("SELECT status FROM llm_calls")}
-    assert accepted >= 3 and "ok" in statuses and statuses <= {"ok", "no_program"}
+    assert accepted >= 2 and "ok" in statuses and statuses <= {"ok", "no_program"}
     with sqlite3.connect(tmp_path / "rep.db") as con:
         cached = con.execute(
             "SELECT count(*), sum(cached), sum(cost_usd) FROM llm_calls").fetchone()
@@ -148,7 +148,8 @@ def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
 
     # Replaying a different seed asks for requests the cassette does not hold: a clear stop.
     miss = evolve(*common, "--archive", str(tmp_path / "miss.db"), "--llm-base-url",
-                  "http://127.0.0.1:9/v1", "--replay", "--seed", "4", cwd=tmp_path)
+                  "http://127.0.0.1:9/v1", "--replay", "--seed", "4", "--generations", "1",
+                  cwd=tmp_path)
     assert miss.returncode == 2 and "Traceback" not in miss.stderr, miss.stderr[-2000:]
     assert re.search(rf"cassette {re.escape(str(cassette))}: no recorded exchange for request "
                      r"[0-9a-f]{64}", miss.stderr), miss.stderr[-2000:]

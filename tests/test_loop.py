@@ -75,7 +75,7 @@ def test_selection_sees_training_errors_only(tmp_path):
                 seen.append(set(p.train_errors))
             return super().propose(parents, inspirations, rng, n)
 
-    summary, tables = run_tiny(tmp_path / "d.db", operator=Spy(), run__generations=1)
+    _summary, tables = run_tiny(tmp_path / "d.db", operator=Spy(), run__generations=1)
     assert seen and all(s == {SCENARIOS[0]} for s in seen)
     splits = tables["runs"][0]["splits"]
     assert splits == {SCENARIOS[0]: "train", SCENARIOS[1]: "validate", SCENARIOS[2]: "test"}

@@ -13,6 +13,7 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scope", choices=("global", "per_model", "per_scenario"),
                         help="program-file mode: the constants' scope (default: global for "
                              "one group named 'global', else per_model)")
+    parser.add_argument("--alias", action="append", default=[], metavar="GROUP=NAME",
+                        help="another model name (BLIS hw.Model) for a constant group; "
+                             "repeatable")
     parser.add_argument("--data", metavar="DIR",
                         help="data directory for model names (default: $EVOLVE_DATA or "
                              "../shared/data; skipped if absent)")
@@ -186,6 +190,12 @@ def run(args: argparse.Namespace) -> int:
     source = _from_file if Path(args.id).is_file() else _from_archive
     prog, consts, scope, meta = source(args)
     infos = group_infos(scope, sorted(consts), model_names(args.data))
+    for item in args.alias:
+        group, sep, name = item.partition("=")
+        if not sep or group not in infos or not name:
+            raise UserError(f"--alias {item}: expected GROUP=NAME with GROUP one of "
+                            f"{', '.join(sorted(infos))}")
+        infos[group] = replace(infos[group], aliases=(*infos[group].aliases, name.lower()))
     if args.model:
         consts = _select(consts, scope, infos, args.model)
     if scope == "per_scenario" and len(consts) > 1:

@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,8 +125,14 @@ var builders = []builder{
 '''
 
 MAIN_BODY = '''
+// tokens backs every request's InputTokens (only its length is read).
+var tokens []sim.TokenID
+
 func request(t, k, s int) *sim.Request {
-	req := &sim.Request{InputTokens: make([]sim.TokenID, s), OutputTokens: make([]sim.TokenID, 1)}
+	if s > len(tokens) {
+		tokens = make([]sim.TokenID, 2*s)
+	}
+	req := &sim.Request{InputTokens: tokens[:s], OutputTokens: tokens[:1]}
 	req.ProgressIndex = int64(k)
 	req.NumNewTokens = t
 	return req
@@ -258,6 +265,10 @@ def go_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(GOTOOLCHAIN="local", GOPROXY="off", GOFLAGS="-mod=mod", CGO_ENABLED="0",
                GOWORK="off")
+    if not env.get("HOME"):  # go needs a cache and a GOPATH; CI sandboxes may lack HOME
+        base = Path(tempfile.gettempdir()) / "evolve-go"
+        env.setdefault("GOCACHE", str(base / "cache"))
+        env.setdefault("GOPATH", str(base / "path"))
     return env
 
 

@@ -151,10 +151,12 @@ class LLMOperator:
     def _plan(self, index: int, parents: Sequence[Parent], inspirations: Sequence[Parent],
               rng: np.random.Generator) -> _Plan:
         first = parents[index % len(parents)]
-        crossover = rng.random() < self.cfg.crossover_prob and len(parents) >= 2
+        # Crossover partners: other parents with a different program (the selection may
+        # repeat a program); with none, the child is a mutation.
+        others = [p for p in parents if _pid(p) != _pid(first)]
+        crossover = bool(rng.random() < self.cfg.crossover_prob) and bool(others)
         chosen = [first]
         if crossover:
-            others = [p for j, p in enumerate(parents) if j != index % len(parents)]
             chosen.append(others[int(rng.integers(len(others)))])
         ids = {_pid(p) for p in chosen}
         pool = [q for q in inspirations if _pid(q) not in ids]

@@ -3,7 +3,8 @@
 Why not the client's retries: ``openai`` retries with random jitter and its own notion of
 what is retryable, invisibly. Here the client runs with ``max_retries=0`` and this module
 decides: 429 (honouring Retry-After), 5xx, timeouts and connection errors are retried with
-exponential backoff (no jitter – concurrency is small and determinism is worth more), and
+exponential backoff (no jitter – concurrency is small and determinism is worth more) or
+after the server's Retry-After / retry-after-ms (capped at ``backoff_cap_s``), and
 every attempt is counted, so the archive says what a call really cost in time.
 
 The outcome is an :class:`Exchange`, a plain record that is also what a cassette stores.
@@ -89,9 +90,9 @@ class Endpoint:
             except openai.APIStatusError as exc:
                 code = exc.status_code
                 error = f"HTTP {code}: {_short(exc.message)}"
-                if code == 429:
+                if code == 429 or code >= 500:  # retryable; the server may say when
                     retry_after = _retry_after(exc.response.headers)
-                elif code < 500:
+                else:
                     status = REJECTED if code in _REJECTED_CODES else API_ERROR
                     return self._failed(status, error, start, attempts)
             except (openai.APIError, ValueError) as exc:  # e.g. a 200 with a non-JSON body

@@ -224,16 +224,25 @@ def restore_corpora(ev: Evaluator, saved: tuple[dict[str, Any], dict[str, Any], 
 
 # ---- parallel fitting -------------------------------------------------------------------
 _WORKER_CTX: RunContext | None = None
+Job = tuple[Program, int]  # (program, fitting seed)
 
 
-def _fit_job(job: tuple[str, int]) -> Scored:
+def fingerprint_and_fit(ctx: RunContext, program: Program, seed: int,
+                        digits: int | None) -> tuple[str | None, Scored]:
+    """The fingerprint (if ``digits``) and the fit of one child, in one place, so the
+    program is compiled once."""
+    fp = fingerprint(program, ctx.probe, digits) if digits and ctx.probe is not None else None
+    return fp, fit_and_score(ctx, program, seed)
+
+
+def _job(job: tuple[str, int, int | None]) -> tuple[str | None, Scored]:
     assert _WORKER_CTX is not None
-    source, seed = job
-    return fit_and_score(_WORKER_CTX, parse_program(source), seed)
+    source, seed, digits = job
+    return fingerprint_and_fit(_WORKER_CTX, parse_program(source), seed, digits)
 
 
 class FitPool:
-    """Fits children in forked worker processes that share the parent's corpora.
+    """Fingerprints and fits children in forked workers that share the parent's corpora.
 
     Why fork: the corpora and fitting windows are large numpy arrays; forked workers see
     them copy-on-write for free. After a corpus refresh the pool is restarted so workers
@@ -246,14 +255,16 @@ class FitPool:
         self.workers = max(1, int(workers))
         self._pool: Any = None
 
-    def map(self, jobs: Sequence[tuple[Program, int]]) -> list[Scored]:
+    def map(self, jobs: Sequence[Job], digits: int | None = None
+            ) -> list[tuple[str | None, Scored]]:
         if self.workers == 1 or len(jobs) <= 1 or "fork" not in mp.get_all_start_methods():
-            return [fit_and_score(self.ctx, p, s) for p, s in jobs]
+            return [fingerprint_and_fit(self.ctx, p, s, digits) for p, s in jobs]
         if self._pool is None:
             global _WORKER_CTX
             _WORKER_CTX = self.ctx
             self._pool = mp.get_context("fork").Pool(self.workers)
-        return list(self._pool.map(_fit_job, [(p.source, s) for p, s in jobs], chunksize=1))
+        return list(self._pool.map(_job, [(p.source, s, digits) for p, s in jobs],
+                                   chunksize=1))
 
     def reset(self) -> None:
         """Stop the workers (call after the corpora changed, and at the end)."""

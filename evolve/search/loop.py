@@ -105,7 +105,7 @@ class Search:
         cfg, st = self.cfg, self.state
         run = self.archive.run(self.run_id)
         start = run.generations_done + 1
-        if start > 0:
+        if 0 < start <= cfg.run.generations:
             self.state = st = load_state(self.archive, self.run_id, self._new_grid(), cfg,
                                          parse_program)
             self.ctx.probe = probe_from_bytes(run.probe)
@@ -180,11 +180,14 @@ class Search:
                  f"{boot.id[:12]} at its initial constants")
         rows.append(self._new_corpus(0, boot, init, "global"))
         self.ctx.probe = build_probe(self.evaluator, self.ctx.train)
+        digits = cfg.search.fingerprint_digits
         for stem, prog in seeds:
-            rows.append(self._program_row(prog, prog.source, (), f"seed:{stem}", 0))
+            rows.append(self._program_row(prog, prog.source, (), f"seed:{stem}", 0, fp=(
+                fingerprint(prog, self.ctx.probe, digits) if cfg.search.dedup_fingerprint
+                else None)))
             self._register(prog, 0)
         jobs = [(p, child_seed(cfg.run.seed, 0, i)) for i, (_s, p) in enumerate(seeds)]
-        first = self.pool.map(jobs)
+        first = [r for _fp, r in self.pool.map(jobs)]
         rows += [self._eval_row(0, p, "seed", f"seed:{s}", r) for (s, p), r in zip(
             seeds, first, strict=True)]
         ok = [(r.loss, p.id, p, r) for (_s, p), r in zip(seeds, first, strict=True) if r.ok]
@@ -198,7 +201,7 @@ class Search:
             self.pool.reset()
             jobs = [(p, child_seed(cfg.run.seed, 0, len(seeds) + i))
                     for i, (_s, p) in enumerate(seeds)]
-            second = self.pool.map(jobs)
+            second = [r for _fp, r in self.pool.map(jobs)]
             for (stem, prog), res in zip(seeds, second, strict=True):
                 rows.append(self._eval_row(0, prog, "refit", f"seed:{stem}", res))
                 self._accept(prog, res, 0)
@@ -231,35 +234,59 @@ class Search:
                 raise _Stop("llm_budget") from exc
             raise
         rows += self._llm_rows(g, proposals)
-        jobs: list[tuple[int, Program, Proposal]] = []
+        # 1. parse; drop known ids and over-cap programs (cheap, in proposal order)
+        rejected: dict[int, tuple[str | None, str]] = {}
+        pending: list[tuple[int, Proposal, Program]] = []
         for i, prop in enumerate(proposals):
             prog, pid, reason, new_rows = self._screen(g, prop)
             rows += new_rows
-            budget = cfg.run.max_evaluations
-            if prog is not None and budget and st.n_fitted + len(jobs) >= budget:
-                reason, prog = "evaluation budget exhausted", None
             if prog is None:
-                rows.append(Evaluation(run_id=self.run_id, generation=g, seq=st.next_seq(g),
-                                       program_id=pid, kind="screen", operator=prop.operator,
-                                       corpus_version=self.evaluator.corpus_version,
-                                       constants=None, metrics=None, loss=None,
-                                       complexity=None, n_evals=0, status="rejected",
-                                       reason=reason))
+                rejected[i] = (pid, reason)
             else:
-                jobs.append((i, prog, prop))
-        results = self.pool.map([(p, child_seed(cfg.run.seed, g, i)) for i, p, _ in jobs])
-        for (_i, prog, prop), res in zip(jobs, results, strict=True):
-            rows.append(self._eval_row(g, prog, "child", prop.operator, res))
-            st.n_fitted += 1
-            self._accept(prog, res, g)
+                pending.append((i, prop, prog))
+        # 2. fingerprint and fit in the workers; a twin's fit is computed but discarded
+        #    (so each program is compiled once, in the worker that fits it)
+        digits = cfg.search.fingerprint_digits if cfg.search.dedup_fingerprint else None
+        results = self.pool.map([(p, child_seed(cfg.run.seed, g, i)) for i, _, p in pending],
+                                digits)
+        # 3. in proposal order: claim fingerprints, reject twins, enforce the budget
+        fitted: dict[int, tuple[Program, Scored]] = {}
+        for (i, prop, prog), (fp, res) in zip(pending, results, strict=True):
+            rows.append(self._program_row(prog, prog.source, prop.parent_ids, prop.operator,
+                                          g, fp=fp))
+            twin = st.fingerprints.get(fp) if fp is not None else None
+            self._register(prog, g)
+            budget = cfg.run.max_evaluations
+            if twin is not None:
+                rejected[i] = (prog.id, f"same predictions as program {twin[:12]}")
+            elif budget and st.n_fitted >= budget:
+                rejected[i] = (prog.id, "evaluation budget exhausted")
+            else:
+                st.n_fitted += 1
+                fitted[i] = (prog, res)
+        # 4. one evaluation row per proposal, in proposal order
+        for i, prop in enumerate(proposals):
+            if i in fitted:
+                prog, res = fitted[i]
+                rows.append(self._eval_row(g, prog, "child", prop.operator, res))
+                self._accept(prog, res, g)
+                continue
+            pid, reason = rejected[i]
+            rows.append(Evaluation(run_id=self.run_id, generation=g, seq=st.next_seq(g),
+                                   program_id=pid, kind="screen", operator=prop.operator,
+                                   corpus_version=self.evaluator.corpus_version,
+                                   constants=None, metrics=None, loss=None, complexity=None,
+                                   n_evals=0, status="rejected", reason=reason))
         rows += self._maybe_refresh(g)
         return rows
 
     def _screen(self, g: int, prop: Proposal
                 ) -> tuple[Program | None, str | None, str, list[Any]]:
-        """Parse and de-duplicate one proposal before any fitting.
+        """Parse one proposal and reject what needs no computation: no source, no parse,
+        a known id, complexity over the cap.
 
-        Returns (program to fit or None, id to record, rejection reason, program rows).
+        Returns (program to fingerprint and fit, or None; id to record; rejection reason;
+        program rows).
         """
         st, cfg = self.state, self.cfg
         if prop.source is None:
@@ -274,15 +301,12 @@ class Search:
             return None, pid, f"does not parse: {exc}", rows
         if prog.id in st.seen_ids:
             return None, prog.id, f"duplicate of program {prog.id[:12]}", []
-        row = self._program_row(prog, prog.source, prop.parent_ids, prop.operator, g)
-        twin = st.fingerprints.get(row.fingerprint) if cfg.search.dedup_fingerprint else None
-        self._register(prog, g)
+        st.seen_ids.add(prog.id)
         if prog.complexity > cfg.search.complexity_cap:
+            row = self._program_row(prog, prog.source, prop.parent_ids, prop.operator, g)
             return None, prog.id, (f"complexity {prog.complexity} > cap "
                                    f"{cfg.search.complexity_cap}"), [row]
-        if twin is not None:
-            return None, prog.id, f"same predictions as program {twin[:12]}", [row]
-        return prog, prog.id, "", [row]
+        return prog, prog.id, "", []
 
     # ---- corpus refresh -------------------------------------------------------------------
     def _maybe_refresh(self, g: int) -> list[Any]:
@@ -372,11 +396,8 @@ class Search:
         return Frontier.from_elites(self.state.grid.elites(), self.cfg.search.pick_tolerance)
 
     def _program_row(self, prog: Program | None, source: str, parents: Any, operator: str,
-                     g: int, pid: str | None = None) -> ProgramRow:
-        fp = None
+                     g: int, pid: str | None = None, fp: str | None = None) -> ProgramRow:
         if prog is not None:
-            fp = fingerprint(prog, self.ctx.probe, self.cfg.search.fingerprint_digits) \
-                if self.ctx.probe is not None else None
             self.state.fp_of[prog.id] = fp
         return ProgramRow(run_id=self.run_id, id=prog.id if prog else pid,
                           seq=self.state.next_seq(g, "program"), source=source,

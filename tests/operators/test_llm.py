@@ -130,6 +130,13 @@ def test_crossover_uses_two_parents(serve, parents):
     assert "# Parent A" in user and "# Parent B" in user
 
 
+def test_crossover_needs_two_distinct_programs(serve, parents):
+    server = serve()
+    props = LLMOperator(config(server, crossover_prob=1.0)).propose(
+        [parents[0], parents[0]], [], rng(), 2)
+    assert [p.operator for p in props] == ["llm:mutate", "llm:mutate"]
+
+
 def test_malformed_reply_is_stored_not_raised(serve, parents):
     def responder(req, n):
         if n % 3 == 0:
@@ -193,10 +200,24 @@ def test_429_retry_after_is_honoured(serve, parents):
 
 
 def test_500s_are_retried(serve, parents):
-    server = serve(lambda req, n: Reply(status=500) if n < 2 else good_responder(req, n))
+    def responder(req, n):
+        if n == 0:
+            return Reply(status=503, headers={"Retry-After": "0.1"})
+        return Reply(status=500) if n < 3 else good_responder(req, n)
+
+    server = serve(responder)
     op = LLMOperator(config(server, retries=3, concurrency=1))
     (p,) = op.propose(parents[:1], [], rng(), 1)
-    assert p.error is None and p.llm_call["attempts"] == 3 and len(server.requests) == 3
+    assert p.error is None and p.llm_call["attempts"] == 4 and len(server.requests) == 4
+    assert p.llm_call["latency_s"] >= 0.1
+
+
+def test_5xx_until_retries_run_out(serve, parents):
+    server = serve(lambda req, n: Reply(status=502))
+    op = LLMOperator(config(server, retries=2, on_failure="stop"))
+    with pytest.raises(LLMUnavailable, match="HTTP 502"):
+        op.propose(parents[:1], [], rng(), 1)
+    assert len(server.requests) == 3
 
 
 def test_client_errors_are_not_retried(serve, parents):

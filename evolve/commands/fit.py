@@ -1,0 +1,180 @@
+"""``evolve fit SEED_OR_FILE``: fit a program's constants and show how it does on every run.
+
+Steps: parse the program (a seed name from ``seeds/`` or a file path); simulate every
+measured run closed loop at the program's initial constants to build the corpora; fit the
+constants with CMA-ES on the *train* runs' fitting windows (teacher forced); print the
+fitted constants and a per-run table, train / validate / test kept apart. The table is
+teacher forced on the full corpora (batches fixed at the initial constants) unless
+``--closed-loop`` re-simulates every run with the fitted constants (the official score).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from evolve.cli import UserError
+
+HELP = "fit a program's constants and print its per-run table"
+SEEDS_DIR = Path(__file__).resolve().parents[2] / "seeds"
+SPLIT_ORDER = ("train", "validate", "test")
+
+
+def available_seeds() -> list[str]:
+    return sorted(p.stem for p in SEEDS_DIR.glob("*.py"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from evolve.fitting import DEFAULT_MAX_EVALS, DEFAULT_RESTARTS, SCOPES
+
+    parser.add_argument("program", metavar="SEED_OR_FILE",
+                        help=f"a seed name ({', '.join(available_seeds())}) or a program file")
+    parser.add_argument("--scope", choices=SCOPES, default="global",
+                        help="which runs share one constant vector (default: global)")
+    parser.add_argument("--seed", type=int, default=7, help="fitting seed (default: 7)")
+    parser.add_argument("--data", metavar="DIR",
+                        help="data directory (default: $EVOLVE_DATA or ../shared/data)")
+    parser.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS, metavar="N",
+                        help=f"loss evaluations per constant group (default: {DEFAULT_MAX_EVALS})")
+    parser.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS, metavar="N",
+                        help=f"CMA-ES restarts on failure (default: {DEFAULT_RESTARTS})")
+    parser.add_argument("--head-seconds", type=float, metavar="S",
+                        help="cut every measured run to its first S seconds (quick demos)")
+    parser.add_argument("--closed-loop", action="store_true",
+                        help="score the table by closed-loop simulation at the fitted constants")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def load_program(spec: str):
+    """A program from a file path or a seed name; ``UserError`` if neither parses."""
+    from evolve.language import ProgramError, parse_program
+
+    path = Path(spec)
+    if not path.is_file():
+        seed = SEEDS_DIR / f"{spec}.py"
+        if not seed.is_file():
+            raise UserError(f"{spec}: no such file and no seed of that name (seeds: "
+                            f"{', '.join(available_seeds()) or 'none found in ' + str(SEEDS_DIR)})")
+        path = seed
+    try:
+        return parse_program(path.read_bytes()), path
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    except ProgramError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or math.isnan(x):
+        return "-"
+    return "inf" if math.isinf(x) else f"{x:.{digits}f}"
+
+
+def _pct(x: float | None) -> str:
+    if x is None or math.isnan(x):
+        return "-"
+    return "inf" if math.isinf(x) else f"{100 * x:.1f}%"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(  # noqa: E731
+        c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths,
+                                                                              strict=True)))
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def say(msg: str) -> None:
+    """Progress goes to stderr so that ``--json`` output stays clean."""
+    print(msg, file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluator.api import Evaluator, load_scenarios, loss
+    from evolve.fitting import const_map, fit_program, group_key
+
+    if args.max_evals < 1 or args.restarts < 0:
+        raise UserError("--max-evals must be >= 1 and --restarts >= 0")
+    program, path = load_program(args.program)
+    if args.head_seconds is not None and args.head_seconds <= 0:
+        raise UserError("--head-seconds must be positive")
+    scenarios = load_scenarios(args.data)
+    if args.head_seconds is not None:
+        scenarios = [s.head(args.head_seconds) for s in scenarios]
+    ev = Evaluator(scenarios)
+    train = ev.names("train")
+    if not train:
+        raise UserError("no run has split 'train' in the data directory")
+    model = program.step_model()
+    say(f"program {program.id[:12]} ({path}), {program.n_constants} constants, "
+        f"complexity {program.complexity}; simulating {len(ev.scenarios)} runs at the "
+        "initial constants...")
+    init_map = const_map(program, {}, ev.scenarios, args.scope)
+    version = ev.refresh_corpora(model, init_map, progress=lambda n: say(f"  simulated {n}"))
+    t0 = time.perf_counter()
+    res = fit_program(program, ev, train, args.scope, args.seed, args.max_evals, args.restarts)
+    say(f"fitted {len(res.groups)} group(s) in {time.perf_counter() - t0:.2f} s, "
+        f"{res.n_evals} evaluations, status {res.status}")
+    consts = const_map(program, res.groups, ev.scenarios, args.scope)
+    all_names = ev.names()
+    if args.closed_loop:
+        say("re-simulating every run closed loop at the fitted constants...")
+        sims = ev.simulate(model, consts, all_names, progress=lambda n: say(f"  simulated {n}"))
+        metrics = {n: s.metrics for n, s in sims.items()}
+        scoring = "closed loop at the fitted constants"
+    else:
+        metrics = ev.score(model, consts, all_names, full=True)
+        scoring = ("teacher forced on the full corpora (batches simulated at the initial "
+                   "constants)")
+    fitted = {n: group_key(ev.by_name[n], args.scope) in res.groups for n in all_names}
+    split_loss = {s: loss(metrics, [n for n in all_names if ev.by_name[n].split == s])
+                  for s in SPLIT_ORDER if any(ev.by_name[n].split == s for n in all_names)}
+    if args.json:
+        json.dump({
+            "program": program.id, "path": str(path), "scope": args.scope, "seed": args.seed,
+            "corpus_version": version, "scoring": scoring,
+            "fit": {"groups": res.groups, "loss": res.loss, "init_loss": res.init_loss,
+                    "n_evals": res.n_evals, "status": res.status,
+                    "group_status": res.group_status},
+            "split_loss": split_loss,
+            "runs": [{**metrics[n].to_dict(), "fitted_constants": fitted[n]}
+                     for n in all_names],
+        }, sys.stdout, indent=1, sort_keys=True, default=float)
+        print()
+        return 0
+    _print_constants(program, res)
+    print(f"\ntraining loss (fitting windows, teacher forced): {_fmt(res.init_loss, 4)} at "
+          f"the initial constants -> {_fmt(res.loss, 4)} fitted ({res.status})")
+    print(f"\nper run: {scoring}; times in s; APE of the mean")
+    for split in SPLIT_ORDER:
+        names = [n for n in all_names if ev.by_name[n].split == split]
+        if not names:
+            continue
+        rows = []
+        for n in names:
+            m = metrics[n]
+            row = [n + ("" if fitted[n] else " *"), split]
+            for k in ("e2e_mean", "ttft_mean"):
+                row += [_fmt(m.meas.get(k)), _fmt(m.pred.get(k)), _pct(m.ape.get(k))]
+            row.append("" if m.valid else m.reason)
+            rows.append(row)
+        print(f"\n[{split}] loss {_fmt(split_loss[split], 4)}")
+        print(_table(["run", "split", "E2E meas", "E2E pred", "E2E APE", "TTFT meas",
+                      "TTFT pred", "TTFT APE", "note"], rows))
+    if not all(fitted.values()):
+        print("\n* no fitted constants for this run's group under this scope: initial values")
+    return 0
+
+
+def _print_constants(program, res) -> None:
+    groups = sorted(res.groups)
+    headers = ["constant", "init", "low", "high", *groups]
+    rows = [[s.name, f"{s.init:.6g}", f"{s.low:.6g}", f"{s.high:.6g}",
+             *(f"{res.groups[g][s.name]:.6g}" for g in groups)] for s in program.constants]
+    print(f"fitted constants ({len(groups)} group(s))")
+    print(_table(headers, rows) if rows else "(the program declares no constants)")

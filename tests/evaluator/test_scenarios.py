@@ -1,0 +1,73 @@
+"""Loading real runs, and one-line errors naming the file and the field for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from evaluator.scenarios import DataError, data_dir, load_scenarios
+
+
+def test_all_runs_load_with_profile_output_lengths(all_scenarios):
+    assert len(all_scenarios) == 16
+    assert {s.model for s in all_scenarios} == {"llama-2-7b", "llama-2-70b", "mixtral-8x7b",
+                                               "codellama-34b"}
+    by = {s.workload: s for s in all_scenarios}
+    assert set(np.unique(by["reasoning"].output_tokens)) == {1448}  # trap 4: profile length
+    assert all(s.input_tokens.min() > 0 for s in all_scenarios)  # failed rows filled in
+    split = {s.name: s.split for s in all_scenarios}
+    assert sum(v == "test" for v in split.values()) == 3
+    mixtral = next(s for s in all_scenarios if s.model == "mixtral-8x7b")
+    assert mixtral.arch.is_moe and mixtral.arch.topk == 2
+    assert mixtral.hardware.peak_flops == pytest.approx(989.5e12)  # trap 6: dense
+
+
+def test_window_scores_only_after_warmup(all_scenarios):
+    sc = all_scenarios[0]
+    w = sc.window(300.0, 360.0, warmup_s=30.0)
+    assert w.arrival_us.min() >= 0 and w.arrival_us.max() < 90e6
+    assert w.scored is not None and 0 < w.scored.sum() < w.n_requests
+    assert w.measured.summary["successes"] == w.scored.sum()
+
+
+def _copy_run(data_path, tmp_path):
+    src = next((data_path / "experiments").iterdir())
+    root = tmp_path / "data"
+    shutil.copytree(data_path / "models", root / "models")
+    shutil.copytree(data_path / "hardware", root / "hardware")
+    dst = root / "experiments" / src.name
+    shutil.copytree(src, dst)
+    return root, dst
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    (lambda d: d["config"].pop("max_num_seqs"), "config.max_num_seqs"),
+    (lambda d: d.__setitem__("split", "bogus"), "split"),
+    (lambda d: d["requests"][3].pop("arrival_time_us"), "arrival_time_us"),
+    (lambda d: d["config"].__setitem__("block_size", "16"), "config.block_size"),
+    (lambda d: d["requests"][5].__setitem__("arrival_time_us", -5), "arrival_time_us"),
+])
+def test_bad_requests_json_names_file_and_field(data_path, tmp_path, mutate, needle):
+    root, run = _copy_run(data_path, tmp_path)
+    path = run / "requests.json"
+    doc = json.loads(path.read_text())
+    mutate(doc)
+    path.chmod(0o644)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DataError) as err:
+        load_scenarios(root)
+    msg = str(err.value)
+    assert "requests.json" in msg and needle in msg and "\n" not in msg
+
+
+def test_corrupt_json_and_missing_dir(data_path, tmp_path):
+    root, run = _copy_run(data_path, tmp_path)
+    (run / "ground_truth.json").chmod(0o644)
+    (run / "ground_truth.json").write_text("{not json")
+    with pytest.raises(DataError, match="ground_truth.json: not valid JSON"):
+        load_scenarios(root)
+    with pytest.raises(DataError, match="data directory not found"):
+        data_dir(tmp_path / "nowhere")

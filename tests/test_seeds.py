@@ -1,0 +1,126 @@
+"""Seed programs: they parse, say what they are, run finite and positive on real batches,
+trained_physics carries BLIS's published coefficients, and ``evolve fit`` works."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evaluator.api import Evaluator
+from evaluator.components import compute_features
+from evaluator.glossary import FEATURE_INDEX, N_STATS, STAT_INDEX
+from evolve.cli import UserError, main
+from evolve.commands.fit import SEEDS_DIR, available_seeds, load_program
+from evolve.fitting import const_map
+from evolve.language import check_outputs, parse_program
+
+REQUIRED = {"trained_physics", "roofline", "linear", "phase_max", "regime", "smooth"}
+
+
+def test_seeds_directory_is_found_from_the_package():
+    assert Path(__file__).resolve().parents[1] / "seeds" == SEEDS_DIR
+    assert set(available_seeds()) >= REQUIRED
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_seed_parses_and_states_its_idea(name):
+    p = parse_program((SEEDS_DIR / f"{name}.py").read_text())
+    assert len(p.doc) > 80 and p.doc.splitlines()[0].endswith(".")
+    assert 1 <= p.n_constants <= 10
+    for s in p.constants:  # generous boxes: the initial value is not pinned to a bound
+        assert s.low < s.init < s.high or s.name in ("post_decode_us", "output_token_us")
+
+
+def test_regime_and_smooth_use_their_devices():
+    assert parse_program((SEEDS_DIR / "regime.py").read_text()).n_where == 1
+    assert "** (1.0 / c.p)" in parse_program((SEEDS_DIR / "smooth.py").read_text()).source
+
+
+@pytest.fixture(scope="module")
+def corpora(small_scenarios) -> Evaluator:
+    ev = Evaluator(small_scenarios)
+    p = parse_program((SEEDS_DIR / "roofline.py").read_text())
+    ev.refresh_corpora(p.step_model(), const_map(p, {}, ev.scenarios, "global"))
+    return ev
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_seed_outputs_are_valid_on_real_batches(corpora, name):
+    p = parse_program((SEEDS_DIR / f"{name}.py").read_text())
+    model = p.step_model()
+    for fs in corpora.fit_sets.values():
+        t = model.vector_fn(fs.features, p.init_vector())
+        assert check_outputs(t) is None
+        assert 100.0 < float(np.median(t)) < 1e6  # between 0.1 ms and 1 s per step
+
+
+def test_trained_physics_carries_blis_coefficients():
+    p = parse_program((SEEDS_DIR / "trained_physics.py").read_text())
+    init = {s.name: s.init for s in p.constants}
+    assert init["queue_us"] == 15563.2
+    assert init["post_decode_us"] == 777.3 and init["output_token_us"] == 45.9
+    assert (init["pf"], init["weight"], init["dc_kv"]) == (0.152128, 1.36252915, 1.94710771)
+    assert (init["per_layer"], init["per_req"], init["per_step"]) == (
+        32.09546717, 4.41684444, 126.024825)
+    assert init["tp"] == pytest.approx(0.752037 * 900e9 / 3.35e12, rel=1e-4)
+    assert "blis_pf_attn" in p.features and p.queue_tree is not None
+
+
+def test_trained_physics_decode_kv_term_is_blis_basis(small_scenarios):
+    """kv_write / tokens * (kv_sum + n_decode) == L * 2 * kv_dim/tp * 2 B * (ctx + n) / bw."""
+    sc = small_scenarios[1]  # 70B, TP 4, GQA
+    stats = np.zeros((N_STATS, 3))
+    stats[STAT_INDEX["n_prefill"]] = [1, 0, 2]
+    stats[STAT_INDEX["n_decode"]] = [5, 64, 30]
+    stats[STAT_INDEX["prefill_tokens"]] = [300, 0, 1000]
+    stats[STAT_INDEX["decode_tokens"]] = stats[STAT_INDEX["n_decode"]]
+    stats[STAT_INDEX["dc_kv_sum"]] = [2500, 40000, 9000]
+    F = compute_features(stats, sc.arch_vector)
+    tokens = F[FEATURE_INDEX["prefill_tokens"]] + F[FEATURE_INDEX["decode_tokens"]]
+    ours = F[FEATURE_INDEX["kv_write"]] / tokens * (F[FEATURE_INDEX["kv_sum"]]
+                                                    + F[FEATURE_INDEX["n_decode"]])
+    a = sc.arch
+    d_kv = a.kv_heads * a.head_dim
+    blis = (a.layers * 2 * (d_kv / sc.server.tp) * 2.0 * (stats[STAT_INDEX["dc_kv_sum"]]
+            + stats[STAT_INDEX["n_decode"]]) / (sc.hardware.hbm_bw / 1e6))
+    np.testing.assert_allclose(ours, blis, rtol=1e-12)
+
+
+def test_load_program_by_name_or_path(tmp_path):
+    p, path = load_program("linear")
+    assert path == SEEDS_DIR / "linear.py" and p.n_constants == 3
+    f = tmp_path / "mine.py"
+    f.write_text((SEEDS_DIR / "roofline.py").read_text())
+    assert load_program(str(f))[0].id == parse_program(f.read_text()).id
+    with pytest.raises(UserError, match="no seed of that name"):
+        load_program("no_such_seed")
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\n")
+    with pytest.raises(UserError, match="import"):
+        load_program(str(bad))
+
+
+def test_fit_command_json(capsys, data_path):
+    code = main(["fit", "linear", "--data", str(data_path), "--head-seconds", "45",
+                 "--scope", "per_model", "--max-evals", "60", "--restarts", "0", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scope"] == "per_model" and out["fit"]["status"] in ("ok", "no_improvement")
+    assert set(out["fit"]["groups"]) == {"llama-2-7b", "llama-2-70b", "mixtral-8x7b",
+                                         "codellama-34b"}
+    assert {r["split"] for r in out["runs"]} == {"train", "validate", "test"}
+    assert out["fit"]["loss"] <= out["fit"]["init_loss"]
+
+
+def test_fit_command_table_and_errors(capsys, data_path):
+    code = main(["fit", "roofline", "--data", str(data_path), "--head-seconds", "30",
+                 "--max-evals", "30", "--restarts", "0"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "teacher forced on the full corpora" in text
+    assert text.index("[train]") < text.index("[validate]") < text.index("[test]")
+    assert main(["fit", "no_such_seed", "--data", str(data_path)]) == 2
+    assert "no seed of that name" in capsys.readouterr().err
