@@ -57,6 +57,8 @@ class Corpus:
     member_new: np.ndarray | None = None  # int32[n_members]
     member_kv: np.ndarray | None = None  # int32[n_members]
     member_prefill: np.ndarray | None = None  # bool[n_members]
+    member_len: np.ndarray | None = None  # int32[n_members]: prompt length s_i (input, or
+    #                                       input + generated tokens when recomputing)
 
     @property
     def n_steps(self) -> int:

@@ -70,7 +70,7 @@ _RUN_SIG = nb.types.Tuple((
     nb.int64, nb.int64, nb.int64, nb.int64,  # n_steps, err, err_step, n_preempt
     nb.float64[:, ::1], f8a, f8a,  # stats, start, end
     i8a, i8a, i8a, nb.boolean[::1], i8a, i8a,  # admit, first, last, aborted, preempts, kv
-    i8a, nb.int32[::1], nb.int32[::1], nb.int32[::1], nb.boolean[::1], nb.float64[::1],
+    i8a, nb.int32[::1], nb.int32[::1], nb.int32[::1], nb.boolean[::1], nb.int32[::1],
 ))(STEP_FN_TYPE, f8a, f8a, f8a, f8a, i8a, i8a, i8a, i8a,
   nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean)
 
@@ -131,7 +131,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
     m_new = np.zeros(mcap, np.int32)
     m_kv = np.zeros(mcap, np.int32)
     m_pf = np.zeros(mcap, np.bool_)
-    m_len = np.zeros(mcap, np.float64)
+    m_len = np.zeros(mcap, np.int32)
     n_mem = 0
 
     st1 = np.zeros((N_STATS, 1), np.float64)
@@ -307,7 +307,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
                 m_new[n_mem] = sched_new[r]
                 m_kv[n_mem] = computed[r]
                 m_pf[n_mem] = is_pf
-                m_len[n_mem] = s
+                m_len[n_mem] = seq_len[r]
                 n_mem += 1
         features_into(ft1, st1, arch)
         for q in range(N_FEATURES):
@@ -383,7 +383,7 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
                order, int(shared), sv.max_num_seqs, sv.max_batched_tokens, sv.block_size,
                sv.kv_blocks, bool(record_members))
     (n_steps, err, err_step, n_pre, stats, begin, end, admit, first, last, aborted,
-     pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, _m_len) = out
+     pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len) = out
     end_us = end[:n_steps].copy()
     sel = admit >= 0
     wait = np.zeros(scenario.n_requests)
@@ -401,6 +401,7 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
         corpus.member_new = m_new[:nm].copy()
         corpus.member_kv = m_kv[:nm].copy()
         corpus.member_prefill = m_pf[:nm].copy()
+        corpus.member_len = m_len[:nm].copy()
     error = ""
     if err == ERR_BAD_STEP:
         error = f"step time not finite and positive at step {err_step}"

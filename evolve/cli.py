@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("evolve.commands.runs", "list the runs in the archive"),
     "validate": ("evolve.commands.validate", "closed-loop validation against measured runs"),
     "baselines": ("evolve.commands.baselines", "closed-loop scores of the published models"),
+    "generalize": ("evolve.commands.generalize",
+                   "leave-one-model/workload-out: fit on the rest, validate held out"),
     "export-go": ("evolve.commands.export_go", "translate a program to a BLIS Go model"),
     "llm-check": ("evolve.commands.llm_check", "send one tiny request to an LLM endpoint"),
 }

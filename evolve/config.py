@@ -87,6 +87,9 @@ class SearchSection:
         0.1, "re-simulate corpora when the champion's train loss improved by this fraction")
     refresh_min_gap: int = _doc(5, "at least this many generations between corpus refreshes")
     max_refreshes: int = _doc(8, "corpus refreshes after generation 0; 0 = never refresh")
+    refresh_gate: bool = _doc(
+        True, "keep new corpora only if the champion's closed-loop train loss beats the "
+        "current corpora's producer")
     bootstrap_seed: str = _doc(
         "", "seed file stem whose initial constants simulate the first corpus; empty = first")
 

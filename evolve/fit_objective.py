@@ -34,21 +34,21 @@ class _Run:
     A request's in-engine lifetime is the sum of the step times from its admission step to
     its first-token (TTFT) or last (E2E) step, so the mean over requests is ``t @ w`` with
     ``w[k]`` = the share of requests whose interval covers step ``k``. That replaces a
-    cumsum and two gathers per candidate by one small matrix product.
+    cumsum and two gathers per candidate by two weighted sums.
     """
 
     def __init__(self, sc: Scenario, fit, offset: int):
         n = fit.features.shape[1]
         self.a, self.b = offset, offset + n
         n_req = fit.req_index.size
-        W = np.zeros((n, 2))
+        W = np.zeros((2, n))
         if n_req:
-            for col, end in enumerate((fit.first_idx, fit.last_idx)):
+            for row, end in enumerate((fit.first_idx, fit.last_idx)):
                 diff = np.zeros(n + 1)
                 np.add.at(diff, fit.admit_idx, 1.0)
                 np.add.at(diff, end + 1, -1.0)
-                W[:, col] = np.cumsum(diff[:n]) / n_req
-        self.W = W  # columns: TTFT, E2E lifetime weights
+                W[row] = np.cumsum(diff[:n]) / n_req
+        self.W = W  # rows: TTFT, E2E lifetime weights per step
         self.wait = fit.wait_us
         self.wait_mean = float(fit.wait_us.mean()) if n_req else np.nan
         self.out_mean = float(fit.output_tokens.mean()) if n_req else np.nan
@@ -115,7 +115,11 @@ class GroupObjective:
                 ok &= np.all(np.isfinite(d_all) & (d_all >= 0.0), axis=1)
             acc = np.zeros(P)
             for r in self.runs:
-                life = T[:, r.a:r.b] @ r.W  # (P, 2): mean lifetime to first / last token
+                # mean lifetime to first / last token; multiply-and-sum rather than a BLAS
+                # matmul, whose summation order may depend on the thread count
+                Tr = T[:, r.a:r.b]
+                life_first = (Tr * r.W[0]).sum(axis=1)
+                life_last = (Tr * r.W[1]).sum(axis=1)
                 pre = r.wait_mean
                 if qfn is not None:
                     d = np.broadcast_to(qfn(r.R, C), (P, r.R.shape[1]))
@@ -125,8 +129,8 @@ class GroupObjective:
                     extra = extra + X[:, self.post]
                 if self.otok is not None:
                     extra = extra + X[:, self.otok] * r.out_mean
-                ttft = (pre + life[:, 0]) * 1e-6
-                e2e = (pre + life[:, 1] + extra) * 1e-6
+                ttft = (pre + life_first) * 1e-6
+                e2e = (pre + life_last + extra) * 1e-6
                 ape_e = np.abs(e2e - r.meas_e2e) / r.meas_e2e
                 ape_t = np.abs(ttft - r.meas_ttft) / r.meas_ttft
                 acc = acc + (ape_e ** 2 + ape_t ** 2) / 2.0

@@ -33,6 +33,7 @@ progress = false
 children = 3
 refresh_min_gap = 1
 refresh_margin = 0.02
+refresh_gate = false
 [fit]
 max_evals = 40
 restarts = 0
@@ -74,6 +75,9 @@ def uninterrupted(config, tmp_path_factory) -> Path:
     assert proc.returncode == 0, err
     assert out.startswith("run 1"), out
     assert "finished after generation 4" in out
+    with Archive(path, create=False) as a:  # the run exercised a refresh and its rescoring
+        assert any(c.adopted and c.generation > 0 for c in a.corpus_versions(1))
+        assert any(e.kind == "rescore" for e in a.evaluations(1))
     return path
 
 
@@ -106,6 +110,10 @@ def test_replay_reproduces_every_frontier_program(uninterrupted, capsys):
     for pid in ids:
         assert main(["replay", pid[:10], "--archive", str(uninterrupted)]) == 0
         assert capsys.readouterr().out.startswith("ok ")
+    # every accepted evaluation of the best program, across corpus versions
+    assert main(["replay", ids[-1], "--all", "--archive", str(uninterrupted)]) == 0
+    out = capsys.readouterr().out
+    assert "MISMATCH" not in out and out.count("ok ") >= 1
 
 
 def test_replay_detects_a_tampered_score(uninterrupted, tmp_path, capsys):
@@ -142,6 +150,7 @@ def test_read_only_commands(uninterrupted, capsys):
 
 @pytest.mark.parametrize("argv, needle", [
     (["run", "--data", "/nonexistent/data", "--archive", "{tmp}/x.db"], "data directory"),
+    (["run", "--archive", "{tmp}/no/such/dir/x.db"], "does not exist"),
     (["show", "ffffffff", "--archive", "{arch}"], "no program"),
     (["replay", "ffffffff", "--archive", "{arch}"], "no program"),
     (["frontier", "--archive", "{tmp}/junk.db"], "not an evolve archive"),

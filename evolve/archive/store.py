@@ -75,6 +75,8 @@ class Archive:
         exists = self.path.exists() and self.path.stat().st_size > 0
         if not exists and not create:
             raise ArchiveError(f"{self.path}: archive not found")
+        if not exists and not self.path.parent.is_dir():
+            raise ArchiveError(f"{self.path}: directory {self.path.parent} does not exist")
         if exists:
             with open(self.path, "rb") as fh:
                 if fh.read(16) != SQLITE_MAGIC:

@@ -106,10 +106,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _execute(cfg: Config, resume: int | None) -> int:
+    from evaluator.api import data_dir
     from evolve.archive import Archive
     from evolve.reporting import num, short
     from evolve.search.loop import Search
 
+    data_dir(cfg.run.data or None)  # fail on a missing data directory before touching files
     with Archive(cfg.run.archive, create=resume is None) as archive:
         if resume is not None:
             run = archive.run(resume)

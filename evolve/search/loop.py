@@ -351,7 +351,8 @@ class Search:
         adopted_rows = [r for r in st.corpus_rows if r.adopted]
         saved = save_corpora(self.evaluator)
         version, closed = refresh(self.ctx, prog, groups, scope)
-        adopted = not adopted_rows or closed < adopted_rows[-1].closed_loop_loss
+        adopted = (not adopted_rows or not self.cfg.search.refresh_gate
+                   or closed < adopted_rows[-1].closed_loop_loss)
         if not adopted:
             restore_corpora(self.evaluator, saved)
         row = CorpusVersion(run_id=self.run_id, seq=len(st.corpus_rows), version=version,
