@@ -11,6 +11,12 @@ Why it is shaped this way:
   seen ids and fingerprints, corpus version, refresh bookkeeping) is all in the archive.
 * Wall time only ever *stops* a run, after a complete generation; it decides nothing else.
 * Selection sees training loss only. Validate/test metrics are stored, never read here.
+* Generation 0: the bootstrap seed at its initial constants simulates the first corpora,
+  every seed is fitted, the best one re-simulates them, and the seeds are fitted again.
+* Corpus refresh: when the champion's training loss beats the loss recorded at the last
+  refresh by ``refresh_margin``. The new corpora are kept only if the champion's
+  closed-loop training loss beats that of their current producer (``refresh_gate``); then
+  every elite is re-scored on them with its constants, so the grid compares like with like.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from evolve.search.pareto import Frontier, select_parents
 from evolve.search.setup import build_operator, load_evaluator, load_seeds
 from evolve.search.state import (
     LoopState,
-    llm_row,
+    evaluation_row,
     load_state,
     registers_fingerprint,
     snapshot_rows,
@@ -105,14 +111,15 @@ class Search:
         cfg, st = self.cfg, self.state
         run = self.archive.run(self.run_id)
         start = run.generations_done + 1
-        if 0 < start <= cfg.run.generations:
+        if start > 0:
             self.state = st = load_state(self.archive, self.run_id, self._new_grid(), cfg,
                                          parse_program)
             self.ctx.probe = probe_from_bytes(run.probe)
-            self._rebuild_corpus([r for r in st.corpus_rows if r.adopted][-1])
+            if start <= cfg.run.generations:  # work left: rebuild the current corpora
+                self._rebuild_corpus([r for r in st.corpus_rows if r.adopted][-1])
         self.archive.update_run(self.run_id, status="running", finished_at=None)
         status = "finished"
-        bar = _progress(cfg, start)
+        bar = _progress(cfg, start) if start <= cfg.run.generations else None
         try:
             for g in range(start, cfg.run.generations + 1):
                 why = self._budget_exhausted()
@@ -233,7 +240,7 @@ class Search:
             if type(exc).__name__ == "BudgetExhausted":  # the LLM operator's own budget
                 raise _Stop("llm_budget") from exc
             raise
-        rows += self._llm_rows(g, proposals)
+        rows += st.llm_rows(self.run_id, g, proposals)
         # 1. parse; drop known ids and over-cap programs (cheap, in proposal order)
         rejected: dict[int, tuple[str | None, str]] = {}
         pending: list[tuple[int, Proposal, Program]] = []
@@ -272,11 +279,9 @@ class Search:
                 self._accept(prog, res, g)
                 continue
             pid, reason = rejected[i]
-            rows.append(Evaluation(run_id=self.run_id, generation=g, seq=st.next_seq(g),
-                                   program_id=pid, kind="screen", operator=prop.operator,
-                                   corpus_version=self.evaluator.corpus_version,
-                                   constants=None, metrics=None, loss=None, complexity=None,
-                                   n_evals=0, status="rejected", reason=reason))
+            rows.append(evaluation_row(self.run_id, g, st.next_seq(g), pid, "screen",
+                                       prop.operator, self.evaluator.corpus_version,
+                                       reason=reason))
         rows += self._maybe_refresh(g)
         return rows
 
@@ -408,25 +413,9 @@ class Search:
 
     def _eval_row(self, g: int, prog: Program, kind: str, operator: str,
                   res: Scored) -> Evaluation:
-        return Evaluation(run_id=self.run_id, generation=g, seq=self.state.next_seq(g),
-                          program_id=prog.id, kind=kind, operator=operator,
-                          corpus_version=self.evaluator.corpus_version,
-                          constants=res.groups, metrics=res.metrics or None,
-                          loss=res.loss, complexity=prog.complexity, n_evals=res.n_evals,
-                          status="accepted" if res.ok else "rejected", reason=res.reason)
+        return evaluation_row(self.run_id, g, self.state.next_seq(g), prog.id, kind, operator,
+                              self.evaluator.corpus_version, res, prog.complexity)
 
-    def _llm_rows(self, g: int, proposals: list[Proposal]) -> list[Any]:
-        rows, seen = [], set()
-        for prop in proposals:
-            call = prop.llm_call
-            if call is None or id(call) in seen:
-                continue
-            seen.add(id(call))
-            row = llm_row(self.run_id, g, len(rows), call)
-            self.state.llm_tokens += row.prompt_tokens + row.completion_tokens
-            self.state.llm_cost += row.cost_usd
-            rows.append(row)
-        return rows
 
 def _progress(cfg: Config, start: int) -> Any:
     if not cfg.run.progress:

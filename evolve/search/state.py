@@ -10,12 +10,12 @@ the order they were first produced (``programs`` by ``(generation, seq)``, evalu
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from evolve.archive import Archive, ArchiveError
-from evolve.archive.models import CorpusVersion, FrontierRow, GridCell, LLMCall
+from evolve.archive.models import CorpusVersion, Evaluation, FrontierRow, GridCell, LLMCall
 from evolve.config import Config
 from evolve.language import Program
 from evolve.search.evaluate import Scored
@@ -63,6 +63,39 @@ class LoopState:
 
     def remember(self, prog: Program, res: Scored) -> None:
         self.info[prog.id] = EliteInfo(prog, res.groups or {}, res.metrics, res.loss)
+
+    def llm_rows(self, run_id: int, generation: int, proposals: Sequence[Any]) -> list[LLMCall]:
+        """``llm_calls`` rows of a generation's proposals (one per distinct call), counted
+        against the LLM budgets."""
+        rows: list[LLMCall] = []
+        seen: set[int] = set()
+        for prop in proposals:
+            call = prop.llm_call
+            if call is None or id(call) in seen:
+                continue
+            seen.add(id(call))
+            row = llm_row(run_id, generation, len(rows), call)
+            self.llm_tokens += row.prompt_tokens + row.completion_tokens
+            self.llm_cost += row.cost_usd
+            rows.append(row)
+        return rows
+
+
+def evaluation_row(run_id: int, generation: int, seq: int, program_id: str | None, kind: str,
+                   operator: str, corpus_version: str, res: Scored | None = None,
+                   complexity: int | None = None, reason: str = "") -> Evaluation:
+    """An ``evaluations`` row: a fit/score outcome, or (without ``res``) a rejection."""
+    if res is None:
+        return Evaluation(run_id=run_id, generation=generation, seq=seq,
+                          program_id=program_id, kind=kind, operator=operator,
+                          corpus_version=corpus_version, constants=None, metrics=None,
+                          loss=None, complexity=complexity, n_evals=0, status="rejected",
+                          reason=reason)
+    return Evaluation(run_id=run_id, generation=generation, seq=seq, program_id=program_id,
+                      kind=kind, operator=operator, corpus_version=corpus_version,
+                      constants=res.groups, metrics=res.metrics or None, loss=res.loss,
+                      complexity=complexity, n_evals=res.n_evals,
+                      status="accepted" if res.ok else "rejected", reason=res.reason)
 
 
 def llm_row(run_id: int, generation: int, seq: int, call: dict[str, Any]) -> LLMCall:
