@@ -103,6 +103,11 @@ class FitSection:
     max_evals: int = _doc(300, "loss evaluations per fit (all restarts together)")
     restarts: int = _doc(1, "CMA-ES restarts when a fit fails")
     window_steps: int = _doc(2000, "steps per load stage in the fitting windows")
+    fitness: str = _doc("closed_loop", "how fitted programs are judged: closed_loop (stage "
+                        "slices simulated) | teacher_forced (fitting windows)",
+                        choices=("closed_loop", "teacher_forced"))
+    slice_seconds: float = _doc(120.0, "closed-loop fitness: seconds per stage slice")
+    slice_warmup_seconds: float = _doc(30.0, "closed-loop fitness: unscored warm-up per slice")
 
 
 @dataclass

@@ -23,7 +23,7 @@ SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
              "20260217-170634-llama-2-7b-tp1-reasoning"]    # test
 CONFIG = f"""
 [run]
-seed = 5
+seed = 1
 generations = 4
 head_seconds = 20.0
 scenarios = {json.dumps(SCENARIOS)}
@@ -32,7 +32,7 @@ progress = false
 [search]
 children = 3
 refresh_min_gap = 1
-refresh_margin = 0.02
+refresh_margin = 0.0
 refresh_gate = false
 [fit]
 max_evals = 40

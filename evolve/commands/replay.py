@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.archive import Archive, ArchiveError
     from evolve.config import Config, canonical_json
     from evolve.language import parse_program
-    from evolve.search.evaluate import RunContext, refresh, score_program
+    from evolve.search.evaluate import make_context, refresh, score_program
     from evolve.search.setup import load_evaluator
 
     with Archive(args.archive, create=False) as archive:
@@ -67,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = Config.from_dict(run_row.config, f"{args.archive} run {rid}")
     if args.data:
         cfg.run.data = args.data
-    ctx = RunContext(load_evaluator(cfg), dict(run_row.splits), cfg.fit.scope,
-                     cfg.fit.window_steps, cfg.fit.max_evals, cfg.fit.restarts)
+    ctx = make_context(cfg, load_evaluator(cfg), dict(run_row.splits))
     program = parse_program(sources[pid])
     if program.id != pid:
         raise ArchiveError(f"program {pid[:12]}: stored source now normalises to "

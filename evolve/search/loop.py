@@ -34,12 +34,12 @@ from evolve.language import Program, ProgramError, parse_program
 from evolve.operators.base import Operator, Parent, Proposal
 from evolve.search.evaluate import (
     FitPool,
-    RunContext,
     Scored,
     build_probe,
     child_seed,
     fingerprint,
     generation_rng,
+    make_context,
     probe_bytes,
     probe_from_bytes,
     refresh,
@@ -78,6 +78,22 @@ class _Stop(Exception):
     """A budget ran out inside a generation; the generation is dropped, the run stops."""
 
 
+def worst_table(train: dict[str, Any], rows: int = 6) -> str:
+    """Where a program errs most: the training runs / load-stage slices with the largest
+    mean-E2E error, measured vs simulated (mean E2E, TTFT, per-token decode interval)."""
+    ranked = sorted(train.items(), key=lambda kv: -float(kv[1]["ape"].get("e2e_mean", 0.0)))
+    lines = ["| run (load stage slice) | E2E sim / meas (s) | TTFT sim / meas (ms) | "
+             "decode interval sim / meas (ms) |", "|---|---|---|---|"]
+    for name, m in ranked[:rows]:
+        p, me = m["pred"], m["meas"]
+        if not {"e2e_mean", "ttft_mean", "itl_mean"} <= set(p) & set(me):
+            continue
+        lines.append(f"| {name} | {p['e2e_mean']:.3f} / {me['e2e_mean']:.3f} | "
+                     f"{1e3 * p['ttft_mean']:.1f} / {1e3 * me['ttft_mean']:.1f} | "
+                     f"{1e3 * p['itl_mean']:.2f} / {1e3 * me['itl_mean']:.2f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 class Search:
     """One run (new or resumed) over one archive."""
 
@@ -98,8 +114,7 @@ class Search:
         self.operator = operator or build_operator(cfg, splits)
         self.run_id = run_id if run_id is not None else archive.create_run(
             cfg.run.seed, cfg.stored_dict(), splits, None)
-        self.ctx = RunContext(self.evaluator, splits, cfg.fit.scope, cfg.fit.window_steps,
-                              cfg.fit.max_evals, cfg.fit.restarts)
+        self.ctx = make_context(cfg, self.evaluator, splits)
         self.pool = FitPool(self.ctx, cfg.run.workers)
         self.state = LoopState(grid=self._new_grid())
 
@@ -394,9 +409,16 @@ class Search:
 
     def _parent(self, pid: str) -> Parent:
         info = self.state.info[pid]
-        errors = {n: dict(info.metrics[n]["ape"]) for n in self.ctx.train if n in info.metrics}
+        train = {n: m for n, m in sorted(info.metrics.items()) if m.get("split") == "train"}
+        errors: dict[str, dict[str, float]] = {}
+        for n, m in train.items():
+            e = dict(m["ape"])
+            for k in ("e2e_mean", "ttft_mean", "itl_mean"):
+                if k in m["pred"] and k in m["meas"]:
+                    e[f"pred_{k}"], e[f"meas_{k}"] = m["pred"][k], m["meas"][k]
+            errors[n] = e
         return Parent(program=info.program, constants=info.groups, loss=info.loss,
-                      train_errors=errors)
+                      train_errors=errors, worst_batches=worst_table(train))
 
     def _frontier(self) -> Frontier:
         return Frontier.from_elites(self.state.grid.elites(), self.cfg.search.pick_tolerance)
