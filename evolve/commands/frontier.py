@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
                      pct(e["validate"]["ttft_mean"]), pct(e["test"]["e2e_mean"]),
                      pct(e["test"]["ttft_mean"])])
     print(f"run {rid}, generation {rows[0].generation}: {len(rows)} frontier programs "
-          "(mean APE per split, teacher-forced on the fitting windows)")
+          "(mean APE per split; closed-loop stage slices, or teacher forced per the run's "
+          "fit.fitness)")
     print(table(headers, body, right=range(2, 10)))
     print(f"* {rule}")
     return 0

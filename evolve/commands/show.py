@@ -95,6 +95,7 @@ def _print(info: dict[str, Any]) -> None:
                      pct(m.get("ape", {}).get("e2e_p90")), m.get("reason", "")]
                     for name, m in sorted(r["metrics"].items(),
                                           key=lambda kv: (kv[1].get("split", ""), kv[0]))]
-            print("  scores (APE, teacher-forced on the fitting windows):")
+            print("  scores (APE; closed-loop stage slices, or teacher-forced windows for "
+                  "queue-dominated runs):")
             print("    " + table(["scenario", "split", "E2E", "TTFT", "ITL", "E2E p90", ""],
                                body, right=(2, 3, 4, 5)).replace("\n", "\n    "))
