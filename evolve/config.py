@@ -98,7 +98,7 @@ class SearchSection:
 class FitSection:
     """Constant fitting (CMA-ES) of every accepted child on the training runs."""
 
-    scope: str = _doc("global", "constant scope: global | per_model | per_scenario",
+    scope: str = _doc("per_model", "constant scope: global | per_model | per_scenario",
                       choices=("global", "per_model", "per_scenario"))
     max_evals: int = _doc(300, "loss evaluations per fit (all restarts together)")
     restarts: int = _doc(1, "CMA-ES restarts when a fit fails")
@@ -108,6 +108,8 @@ class FitSection:
                         choices=("closed_loop", "teacher_forced"))
     slice_seconds: float = _doc(120.0, "closed-loop fitness: seconds per stage slice")
     slice_warmup_seconds: float = _doc(30.0, "closed-loop fitness: unscored warm-up per slice")
+    polish_evals: int = _doc(150, "last generation: closed-loop CMA-ES simulations per constant "
+                             "group refitting the pick and the champion; 0 = off")
 
 
 @dataclass

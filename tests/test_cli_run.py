@@ -35,6 +35,7 @@ refresh_min_gap = 1
 refresh_margin = 0.0
 refresh_gate = false
 [fit]
+scope = "global"
 max_evals = 40
 restarts = 0
 window_steps = 300

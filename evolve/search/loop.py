@@ -29,6 +29,7 @@ from typing import Any
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import CorpusVersion, Evaluation, ProgramRow
 from evolve.cli import UserError
+from evolve.closed_fit import closed_loop_fit
 from evolve.config import Config, assign_splits
 from evolve.language import Program, ProgramError, parse_program
 from evolve.operators.base import Operator, Parent, Proposal
@@ -254,6 +255,8 @@ class Search:
         except UserError as exc:
             if type(exc).__name__ == "BudgetExhausted":  # the LLM operator's own budget
                 raise _Stop("llm_budget") from exc
+            if type(exc).__name__ == "LLMUnavailable":  # endpoint gone, on_failure = stop
+                raise _Stop("llm_unavailable") from exc
             raise
         rows += st.llm_rows(self.run_id, g, proposals)
         # 1. parse; drop known ids and over-cap programs (cheap, in proposal order)
@@ -298,6 +301,46 @@ class Search:
                                        prop.operator, self.evaluator.corpus_version,
                                        reason=reason))
         rows += self._maybe_refresh(g)
+        if g == cfg.run.generations and cfg.fit.polish_evals > 0:
+            rows += self._polish(g)
+        return rows
+
+    def _polish(self, g: int) -> list[Any]:
+        """Refit the frontier pick and the champion closed loop (last generation only).
+
+        Teacher-forced constants are a good start but not the closed-loop optimum; CMA-ES
+        on the stage slices (``evolve.closed_fit``) finds it. A polished evaluation is kept
+        only if it beats the program's current loss, so the grid stays consistent.
+        """
+        st = self.state
+        if self.ctx.slices is None:
+            return []
+        targets = []
+        for e in (self._frontier().pick(), st.grid.best()):
+            if e is not None and e.program_id not in [t.program_id for t in targets]:
+                targets.append(e)
+        rows: list[Any] = []
+        for i, e in enumerate(targets):
+            info = st.info[e.program_id]
+            sliced = sorted(set(self.ctx.slice_parent.values()) & set(self.ctx.train))
+            fit = closed_loop_fit(info.program, self.evaluator, sliced, self.ctx.scope,
+                                  child_seed(self.cfg.run.seed, g, 10_000 + i),
+                                  start=info.groups, max_evals=self.cfg.fit.polish_evals,
+                                  width_s=self.cfg.fit.slice_seconds,
+                                  warmup_s=self.cfg.fit.slice_warmup_seconds)
+            res = score_program(self.ctx, info.program, fit.groups)
+            res.n_evals = fit.n_evals
+            if res.ok and res.loss < e.loss:
+                rows.append(self._eval_row(g, info.program, "polish", "closed_loop_fit", res))
+                self._accept(info.program, res, e.generation)
+                self.log(f"run {self.run_id}: polished {e.program_id[:12]} closed loop: "
+                         f"loss {e.loss:.4f} -> {res.loss:.4f}")
+            else:
+                rows.append(evaluation_row(self.run_id, g, st.next_seq(g), e.program_id,
+                                           "polish", "closed_loop_fit",
+                                           self.evaluator.corpus_version,
+                                           reason=f"no improvement ({res.loss:.4f} >= "
+                                           f"{e.loss:.4f})"))
         return rows
 
     def _screen(self, g: int, prop: Proposal

@@ -76,7 +76,9 @@ class LoopState:
             seen.add(id(call))
             row = llm_row(run_id, generation, len(rows), call)
             self.llm_tokens += row.prompt_tokens + row.completion_tokens
-            self.llm_cost += row.cost_usd
+            # replayed calls cost nothing but count at their recorded price, so a replay
+            # stops at the same budget as the recorded run
+            self.llm_cost += float(call.get("recorded_cost_usd", row.cost_usd) or 0.0)
             rows.append(row)
         return rows
 
