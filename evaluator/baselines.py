@@ -68,8 +68,8 @@ def trained_physics_consts(sc: Scenario, alpha=TP_ALPHA, beta=TP_BETA) -> np.nda
     return np.array([*beta, k1, k2, k3, t_w, k5, L, *alpha], dtype=np.float64)
 
 
-@nb.njit(_STEP_SIG, cache=True)
-def _tp_scalar(f, c):
+def _tp_formula(f, c):
+    """One step (``f`` a feature vector) or many (``f`` a feature matrix): same code."""
     tpf, tdc, b, ctx = f[_PT], f[_DT], f[_BS], f[_KV]
     pf_c = c[11] * tpf + f[_BPF]
     pf_kv = c[12] * tpf
@@ -79,17 +79,8 @@ def _tp_scalar(f, c):
             + c[3] * c[15] * (tpf + tdc) + c[4] * c[16] + c[5] * b + c[6])
 
 
-def _tp_vector(F: np.ndarray, c: np.ndarray) -> np.ndarray:
-    tpf, tdc, b, ctx = F[_PT], F[_DT], F[_BS], F[_KV]
-    pf_c = c[11] * tpf + F[_BPF]
-    pf_kv = c[12] * tpf
-    dc_c = c[11] * tdc + c[13] * ctx
-    dc_kv = c[12] * (ctx + tdc)
-    return (c[0] * pf_c + c[8] * pf_kv + c[1] * dc_c + c[9] * dc_kv + c[2] * c[14]
-            + c[3] * c[15] * (tpf + tdc) + c[4] * c[16] + c[5] * b + c[6])
-
-
-TRAINED_PHYSICS = StepModel("blis-trained-physics", _tp_vector, _tp_scalar,
+TRAINED_PHYSICS = StepModel("blis-trained-physics", _tp_formula,
+                            nb.njit(_STEP_SIG, cache=True)(_tp_formula),
                             queue_fn=lambda R, c: np.full(R.shape[1], c[17]),
                             post_decode_index=18, output_token_index=19)
 
@@ -116,8 +107,8 @@ def roofline_consts(sc: Scenario) -> np.ndarray:
                      1.0 / kvr_scale], dtype=np.float64)
 
 
-@nb.njit(_STEP_SIG, cache=True)
-def _rl_scalar(f, c):
+def _rl_formula(f, c):
+    """One step or many, like ``_tp_formula``."""
     tpf, tdc, ctx = f[_PT], f[_DT], f[_KV]
     pf_ctx_pairs = f[_PFA] * c[2] - tpf  # sum t*(k + (t-1)/2) over prefill requests
     pf_k = f[_KVR] * c[13] - ctx - f[_NDC] - tpf  # sum k over prefill requests
@@ -126,36 +117,21 @@ def _rl_scalar(f, c):
     dyn = c[3] * (tokens + pf_k + ctx) + c[4] * tokens
     n_eff = c[7] * (1.0 - ((c[7] - c[8]) / c[7]) ** tokens) if c[9] > 0.0 else 1.0
     mem = (c[5] + c[6] * n_eff + dyn) / c[12]
-    return max(comp, mem)
-
-
-def _rl_vector(F: np.ndarray, c: np.ndarray) -> np.ndarray:
-    tpf, tdc, ctx = F[_PT], F[_DT], F[_KV]
-    pf_ctx_pairs = F[_PFA] * c[2] - tpf
-    pf_k = F[_KVR] * c[13] - ctx - F[_NDC] - tpf
-    comp = (c[0] * tpf + c[1] * pf_ctx_pairs) / c[10] + (c[0] * tdc + c[1] * ctx) / c[11]
-    tokens = tpf + tdc
-    dyn = c[3] * (tokens + pf_k + ctx) + c[4] * tokens
-    n_eff = c[7] * (1.0 - ((c[7] - c[8]) / c[7]) ** tokens) if c[9] > 0.0 else 1.0
-    mem = (c[5] + c[6] * n_eff + dyn) / c[12]
     return np.maximum(comp, mem)
 
 
-ROOFLINE = StepModel("blis-roofline", _rl_vector, _rl_scalar)
+ROOFLINE = StepModel("blis-roofline", _rl_formula,
+                     nb.njit(_STEP_SIG, cache=True)(_rl_formula))
 
 
 # ---- per-model linear -------------------------------------------------------------------
 
-@nb.njit(_STEP_SIG, cache=True)
-def _lin_scalar(f, c):
+def _lin_formula(f, c):
     return c[0] + c[1] * f[_PT] + c[2] * f[_DT]
 
 
-def _lin_vector(F: np.ndarray, c: np.ndarray) -> np.ndarray:
-    return c[0] + c[1] * F[_PT] + c[2] * F[_DT]
-
-
-LINEAR = StepModel("linear-per-model", _lin_vector, _lin_scalar)
+LINEAR = StepModel("linear-per-model", _lin_formula,
+                   nb.njit(_STEP_SIG, cache=True)(_lin_formula))
 LINEAR_INIT = np.array([5000.0, 10.0, 50.0])
 
 
