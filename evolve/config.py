@@ -91,7 +91,8 @@ class SearchSection:
         True, "keep new corpora only if the champion's closed-loop train loss beats the "
         "current corpora's producer")
     bootstrap_seed: str = _doc(
-        "", "seed file stem whose initial constants simulate the first corpus; empty = first")
+        "linear", "seed file stem whose initial constants simulate the first corpus (a "
+        "stable one: its batches train every seed's first fit); empty or absent = first")
 
 
 @dataclass
@@ -108,6 +109,8 @@ class FitSection:
                         choices=("closed_loop", "teacher_forced"))
     slice_seconds: float = _doc(120.0, "closed-loop fitness: seconds per stage slice")
     slice_warmup_seconds: float = _doc(30.0, "closed-loop fitness: unscored warm-up per slice")
+    seed_polish_evals: int = _doc(40, "generation 0: closed-loop CMA-ES simulations per "
+                                  "constant group refitting each seed; 0 = off")
     polish_evals: int = _doc(150, "last generation: closed-loop CMA-ES simulations per constant "
                              "group refitting the pick and the champion; 0 = off")
 

@@ -211,6 +211,9 @@ class Search:
             self._register(prog, 0)
         jobs = [(p, child_seed(cfg.run.seed, 0, i)) for i, (_s, p) in enumerate(seeds)]
         first = [r for _fp, r in self.pool.map(jobs)]
+        if cfg.fit.seed_polish_evals > 0:
+            first = [self._closed_refit(p, r, cfg.fit.seed_polish_evals, 20_000 + i, 0)
+                     for i, ((_s, p), r) in enumerate(zip(seeds, first, strict=True))]
         rows += [self._eval_row(0, p, "seed", f"seed:{s}", r) for (s, p), r in zip(
             seeds, first, strict=True)]
         ok = [(r.loss, p.id, p, r) for (_s, p), r in zip(seeds, first, strict=True) if r.ok]
@@ -225,9 +228,20 @@ class Search:
             jobs = [(p, child_seed(cfg.run.seed, 0, len(seeds) + i))
                     for i, (_s, p) in enumerate(seeds)]
             second = [r for _fp, r in self.pool.map(jobs)]
-            for (stem, prog), res in zip(seeds, second, strict=True):
-                rows.append(self._eval_row(0, prog, "refit", f"seed:{stem}", res))
-                self._accept(prog, res, 0)
+            for (stem, prog), res1, res2 in zip(seeds, first, second, strict=True):
+                # Judging is closed loop, so both fits are comparable: keep the better one.
+                # (A teacher-forced refit on new batches can land on constants that
+                # overload a run; it must not replace a good first fit.)
+                if res2.ok and (not res1.ok or res2.loss < res1.loss):
+                    rows.append(self._eval_row(0, prog, "refit", f"seed:{stem}", res2))
+                    self._accept(prog, res2, 0)
+                else:
+                    rows.append(evaluation_row(
+                        self.run_id, 0, st.next_seq(0), prog.id, "refit", f"seed:{stem}",
+                        self.evaluator.corpus_version, complexity=prog.complexity,
+                        reason=f"refit no better than the first fit ({res2.loss:.4f} >= "
+                        f"{res1.loss:.4f})"))
+                    self._accept(prog, res1, 0)
         else:
             for (_stem, prog), res in zip(seeds, first, strict=True):
                 self._accept(prog, res, 0)
@@ -305,6 +319,20 @@ class Search:
             rows += self._polish(g)
         return rows
 
+    def _closed_refit(self, prog: Program, res: Scored, evals: int, salt: int, g: int
+                      ) -> Scored:
+        """``res`` or, if better, its constants refitted closed loop on the stage slices."""
+        sliced = sorted(set(self.ctx.slice_parent.values()) & set(self.ctx.train))
+        if not res.ok or not sliced:
+            return res
+        fit = closed_loop_fit(prog, self.evaluator, sliced, self.ctx.scope,
+                              child_seed(self.cfg.run.seed, g, salt), start=res.groups,
+                              max_evals=evals, width_s=self.cfg.fit.slice_seconds,
+                              warmup_s=self.cfg.fit.slice_warmup_seconds)
+        out = score_program(self.ctx, prog, fit.groups)
+        out.n_evals = res.n_evals + fit.n_evals
+        return out if out.ok and out.loss < res.loss else res
+
     def _polish(self, g: int) -> list[Any]:
         """Refit the frontier pick and the champion closed loop (last generation only).
 
@@ -322,15 +350,10 @@ class Search:
         rows: list[Any] = []
         for i, e in enumerate(targets):
             info = st.info[e.program_id]
-            sliced = sorted(set(self.ctx.slice_parent.values()) & set(self.ctx.train))
-            fit = closed_loop_fit(info.program, self.evaluator, sliced, self.ctx.scope,
-                                  child_seed(self.cfg.run.seed, g, 10_000 + i),
-                                  start=info.groups, max_evals=self.cfg.fit.polish_evals,
-                                  width_s=self.cfg.fit.slice_seconds,
-                                  warmup_s=self.cfg.fit.slice_warmup_seconds)
-            res = score_program(self.ctx, info.program, fit.groups)
-            res.n_evals = fit.n_evals
-            if res.ok and res.loss < e.loss:
+            current = Scored(info.groups, info.metrics, info.loss)
+            res = self._closed_refit(info.program, current, self.cfg.fit.polish_evals,
+                                     10_000 + i, g)
+            if res is not current:
                 rows.append(self._eval_row(g, info.program, "polish", "closed_loop_fit", res))
                 self._accept(info.program, res, e.generation)
                 self.log(f"run {self.run_id}: polished {e.program_id[:12]} closed loop: "
@@ -339,8 +362,8 @@ class Search:
                 rows.append(evaluation_row(self.run_id, g, st.next_seq(g), e.program_id,
                                            "polish", "closed_loop_fit",
                                            self.evaluator.corpus_version,
-                                           reason=f"no improvement ({res.loss:.4f} >= "
-                                           f"{e.loss:.4f})"))
+                                           reason="closed-loop refit found no loss below "
+                                           f"{e.loss:.4f}"))
         return rows
 
     def _screen(self, g: int, prop: Proposal
