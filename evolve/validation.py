@@ -98,7 +98,9 @@ def plot(val: Validation, out_dir: Path, title: str) -> list[Path]:
         for m in val.metrics.values():
             if key in m.pred and key in m.meas:
                 marker = {"train": "o", "validate": "s", "test": "^"}.get(m.split, "x")
-                ax.scatter(m.meas[key], m.pred[key], marker=marker, label=m.split)
+                color = {"train": "C0", "validate": "C1", "test": "C3"}.get(m.split, "C7")
+                ax.scatter(m.meas[key], m.pred[key], marker=marker, color=color,
+                           label=m.split)
         lo = min([v for m in val.metrics.values() for v in (m.meas.get(key), m.pred.get(key))
                   if v] or [1e-3])
         hi = max([v for m in val.metrics.values() for v in (m.meas.get(key), m.pred.get(key))
