@@ -67,7 +67,7 @@ def test_corrupt_json_and_missing_dir(data_path, tmp_path):
     root, run = _copy_run(data_path, tmp_path)
     (run / "ground_truth.json").chmod(0o644)
     (run / "ground_truth.json").write_text("{not json")
-    with pytest.raises(DataError, match="ground_truth.json: not valid JSON"):
+    with pytest.raises(DataError, match=r"ground_truth\.json: not valid JSON"):
         load_scenarios(root)
     with pytest.raises(DataError, match="data directory not found"):
         data_dir(tmp_path / "nowhere")

@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 from evaluator.api import Evaluator
-from evaluator.baselines import (LINEAR, LINEAR_INIT, ROOFLINE, TRAINED_PHYSICS, roofline_consts,
-                                 trained_physics_consts)
+from evaluator.baselines import (
+    LINEAR,
+    LINEAR_INIT,
+    ROOFLINE,
+    TRAINED_PHYSICS,
+    roofline_consts,
+    trained_physics_consts,
+)
 from evaluator.score import RunMetrics, loss
 
 
