@@ -34,7 +34,9 @@ class UserError(Exception):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evolve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="evolve", description="Discover step-time models for LLM-inference simulators "
+        "by evolutionary program search, scored against measured vLLM runs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
