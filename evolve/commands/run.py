@@ -124,4 +124,8 @@ def _execute(cfg: Config, resume: int | None) -> int:
     print(f"run {s.run_id}: {s.status} after generation {s.generations_done}; "
           f"{s.evaluations} children fitted in {s.elapsed_s:.0f} s; best {short(s.best_id)} "
           f"loss {num(s.best_loss)}; pick {short(s.pick_id)}", flush=True)
+    if s.pick_id:
+        arch = "" if cfg.run.archive == "archive.db" else f" --archive {cfg.run.archive}"
+        print(f"next: evolve frontier{arch}; evolve validate {short(s.pick_id)}{arch}; "
+              f"evolve export-go {short(s.pick_id)}{arch}", file=sys.stderr)
     return 0
