@@ -86,7 +86,7 @@ class Evaluator:
                 progress(name)
         return out
 
-    def refresh_corpora(self, model: StepModel, consts: ConstMap, window_steps: int = 3000,
+    def refresh_corpora(self, model: StepModel, consts: ConstMap, window_steps: int = 2000,
                         names: Sequence[str] | None = None,
                         progress: Callable[[str], None] | None = None) -> str:
         """Re-simulate with ``model``; keep the corpora and their fitting subsamples.

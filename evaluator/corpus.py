@@ -97,7 +97,7 @@ class FitSet:
     meas: dict[str, float]  # measured means over the kept requests
 
 
-def build_fit_set(scenario, corpus: Corpus, window_steps: int = 3000) -> FitSet:
+def build_fit_set(scenario, corpus: Corpus, window_steps: int = 2000) -> FitSet:
     """One window per load stage (middle of the stage); precompute features and targets."""
     n = corpus.n_steps
     step_start = np.concatenate([[0.0], corpus.end_us[:-1]])
