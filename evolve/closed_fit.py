@@ -23,7 +23,7 @@ import cma
 import numpy as np
 
 from evaluator.api import Evaluator, loss
-from evolve.fitting import FitResult, _Box, _derived_seed, group_key
+from evolve.fitting import Box, FitResult, derived_seed, group_key
 from evolve.language import Program
 
 PENALTY = 1e3
@@ -42,7 +42,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
     """Fit constants closed loop on stage slices of ``names``, group by group."""
     sl = slice_evaluator(ev, names, width_s, warmup_s)
     model = program.step_model()
-    box = _Box(program)
+    box = Box(program)
     init = program.init_vector()
     members: dict[str, list[str]] = {}
     for s in sl.scenarios:
@@ -65,7 +65,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
 
         f0 = obj(x_start)
         best_x, best_f, n = x_start, f0, 1
-        rng = np.random.default_rng(_derived_seed(seed, f"closed:{g}", 0))
+        rng = np.random.default_rng(derived_seed(seed, f"closed:{g}", 0))
         u0 = box.to_unit(x_start)
         dim = u0.shape[0]
         if dim:

@@ -209,8 +209,3 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
         status = "ok"
     return FitResult(groups=groups, loss=final, n_evals=n_evals, status=status,
                      init_loss=init_loss, group_status=g_status, group_loss=g_loss)
-
-
-# Older private names, used by evolve/closed_fit.py.
-_Box = Box
-_derived_seed = derived_seed
