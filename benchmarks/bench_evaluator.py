@@ -20,6 +20,7 @@ from evaluator.api import Evaluator  # noqa: E402
 from evaluator.baselines import TRAINED_PHYSICS, trained_physics_consts  # noqa: E402
 from evaluator.components import compute_features  # noqa: E402
 from evaluator.score import score_corpus, step_times  # noqa: E402
+from evolve.codegen import step_model  # noqa: E402
 from evolve.language import parse_program  # noqa: E402
 
 PROGRAM_30 = '''
@@ -61,7 +62,7 @@ def main() -> int:
           f"first call incl. numba load/compile {first:.2f} s")
 
     prog = parse_program(PROGRAM_30)
-    model = prog.step_model()
+    model = step_model(prog)
     c = prog.init_vector()
     print(f"benchmark program complexity: {prog.complexity} operations")
     feats = [compute_features(r.corpus.stats, ev.by_name[n].arch_vector)

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluator.api import Evaluator, loss  # noqa: E402
-from evolve.codegen import compile_program  # noqa: E402
+from evolve.codegen import compile_program, step_model  # noqa: E402
 from evolve.fitting import DEFAULT_MAX_EVALS, const_map, fit_program  # noqa: E402
 from evolve.language import parse_program  # noqa: E402
 
@@ -69,7 +69,7 @@ def bench_fit(data: str | None, closed_loop: bool) -> None:
     t0 = time.perf_counter()
     ev = Evaluator.from_data(data)
     prog = parse_program((SEEDS / "trained_physics.py").read_text())
-    model = prog.step_model()
+    model = step_model(prog)
     init = const_map(prog, {}, ev.scenarios, "global")
     ev.refresh_corpora(model, init)
     names = ev.names("train")

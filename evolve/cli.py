@@ -2,8 +2,8 @@
 
 Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``. Modules are imported only when their command runs, so ``evolve
---help`` stays fast. Known user errors (bad data, bad config, unknown ids) are raised as
-``UserError`` or ``evaluator.api.DataError`` and printed as one line with exit code 2.
+--help`` stays fast. Expected errors (``evolve.errors``: bad config, unknown ids, rejected
+programs; ``evaluator.api.DataError``: bad data) are printed as one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -27,10 +27,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export-go": ("evolve.commands.export_go", "translate a program to a BLIS Go model"),
     "llm-check": ("evolve.commands.llm_check", "send one tiny request to an LLM endpoint"),
 }
-
-
-class UserError(Exception):
-    """A problem with the user's input; printed as one line, exit code 2."""
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -59,10 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
     from evaluator.api import DataError
+    from evolve.errors import ExportError, ProgramError, UserError
 
     try:
         return int(module.run(args) or 0)
-    except (UserError, DataError) as exc:
+    except (UserError, DataError, ProgramError, ExportError) as exc:
         print(f"evolve {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -71,7 +68,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Re-import so ``python -m evolve.cli`` shares one UserError class with the commands.
-    from evolve.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

@@ -23,6 +23,7 @@ import cma
 import numpy as np
 
 from evaluator.api import Evaluator, loss
+from evolve.codegen import step_model
 from evolve.fitting import Box, FitResult, derived_seed, group_key
 from evolve.language import Program
 
@@ -41,7 +42,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
                     warmup_s: float = 30.0, log=None) -> FitResult:
     """Fit constants closed loop on stage slices of ``names``, group by group."""
     sl = slice_evaluator(ev, names, width_s, warmup_s)
-    model = program.step_model()
+    model = step_model(program)
     box = Box(program)
     init = program.init_vector()
     members: dict[str, list[str]] = {}

@@ -21,18 +21,19 @@ import ast
 import copy
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numba
 import numpy as np
 
+from evaluator.api import StepModel
 from evaluator.glossary import FEATURE_INDEX
-from evolve.lang_check import QUEUE_FIELDS, ProgramError
-
-if TYPE_CHECKING:
-    from evolve.language import Program
+from evolve.errors import ProgramError
+from evolve.lang_check import QUEUE_FIELDS
+from evolve.language import Program
 
 QUEUE_INDEX = {name: i for i, name in enumerate(QUEUE_FIELDS)}
 SCALAR_SIGNATURE = numba.float64(numba.float64[::1], numba.float64[::1])
@@ -192,3 +193,28 @@ def compile_program(program: Program) -> CompiledProgram:
     return CompiledProgram(vector_fn, scalar_fn, queue_fn, ast.unparse(vec_mod),
                            ast.unparse(sca_mod),
                            {"numpy": t1 - t0, "numba": t2 - t1, "queue": t3 - t2})
+
+
+_MODEL_CACHE: OrderedDict[str, StepModel] = OrderedDict()
+_MODEL_CACHE_SIZE = 256  # compiled numba functions are ~1 MB each; bound the memory
+
+
+def step_model(program: Program) -> StepModel:
+    """The compiled :class:`evaluator.api.StepModel` of ``program`` (numpy + numba).
+
+    Cached by program id (least recently used first out): a program is compiled once per
+    process however many times it is fitted, scored or fingerprinted.
+    """
+    model = _MODEL_CACHE.get(program.id)
+    if model is None:
+        comp = compile_program(program)
+        model = StepModel(name=program.id[:12], vector_fn=comp.vector_fn,
+                          scalar_fn=comp.scalar_fn, queue_fn=comp.queue_fn,
+                          post_decode_index=program.post_decode_index,
+                          output_token_index=program.output_token_index)
+        _MODEL_CACHE[program.id] = model
+        while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
+            _MODEL_CACHE.popitem(last=False)
+    else:
+        _MODEL_CACHE.move_to_end(program.id)
+    return model

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.cli import UserError
+from evolve.errors import ConfigError
 from evolve.search.grid import DEFAULT_COMPLEXITY_EDGES
 
 try:  # the LLM colleague owns this section's fields
@@ -36,10 +36,6 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
 
 
 NOT_STORED = ("archive", "workers", "progress")
-
-
-class ConfigError(UserError):
-    """A configuration file or value is invalid; the message is one line."""
 
 
 def _doc(default: Any, doc: str, **extra: Any) -> Any:

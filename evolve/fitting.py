@@ -31,6 +31,7 @@ import cma
 import numpy as np
 
 from evaluator.api import ConstMap, Evaluator, Scenario, loss
+from evolve.codegen import step_model
 from evolve.fit_objective import PENALTY, GroupObjective
 from evolve.language import Program
 
@@ -174,7 +175,7 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
     missing = [n for n in names if n not in evaluator.fit_sets]
     if missing:
         raise ValueError(f"no fitting corpus for {missing[0]!r}: refresh_corpora first")
-    model = program.step_model()
+    model = step_model(program)
     scenarios = [evaluator.by_name[n] for n in names]
     members: dict[str, list[Scenario]] = {}
     for sc in scenarios:

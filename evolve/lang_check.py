@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from evaluator.glossary import FEATURE_NAMES
+from evolve.errors import ProgramError
 
 MAX_SOURCE_CHARS = 20_000
 MAX_DEPTH = 60  # nesting of AST nodes; deeper trees are rejected before recursive walks
@@ -46,16 +47,6 @@ _NODE_RULES: dict[type, str] = {
     ast.NamedExpr: "walrus", ast.JoinedStr: "literal", ast.FormattedValue: "literal",
     ast.BoolOp: "operator",
 }
-
-
-class ProgramError(ValueError):
-    """A program was rejected: ``rule`` (stable id), ``reason``, ``line`` and ``node`` text."""
-
-    def __init__(self, reason: str, rule: str, line: int | None = None, node: str = ""):
-        self.reason, self.rule, self.line, self.node = reason, rule, line, node
-        where = f" (line {line})" if line else ""
-        snippet = f": `{node}`" if node else ""
-        super().__init__(f"{rule}{where}: {reason}{snippet}")
 
 
 def _text(node: ast.AST | None) -> str:

@@ -26,9 +26,8 @@ import ast
 import copy
 import hashlib
 import inspect
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -47,26 +46,22 @@ from evolve.lang_check import (
     check_tree,
 )
 
-if TYPE_CHECKING:
-    from evaluator.api import StepModel
-
 __all__ = [
     "CALL_ARITY", "MAX_COMPLEXITY", "MAX_CONSTANTS", "MAX_WHERE", "POW_RANGE",
     "SPECIAL_CONSTANTS", "ConstSpec", "Program", "ProgramError", "check_outputs",
     "check_queue", "parse_program",
 ]
 
-_MODEL_CACHE: OrderedDict[str, StepModel] = OrderedDict()
-_MODEL_CACHE_SIZE = 256  # compiled numba functions are ~1 MB each; bound the memory
-
-
 @dataclass(frozen=True, eq=False)
 class Program:
-    """A checked, normalised program. Equality and hashing are by ``id``.
+    """A checked, normalised program: plain data. Equality and hashing are by ``id``.
 
-    ``tree`` is ``ast.parse(source)``: the normalised module, read by the Go exporter and
-    by :mod:`evolve.codegen`. Treat it as read-only (``copy.deepcopy`` before changing).
-    ``constants`` are sorted by name; that order is the layout of the vector ``c``.
+    Built only by :func:`parse_program` (checking); compiled only by
+    :func:`evolve.codegen.step_model` (compiling). The fields are the normalised source,
+    its sha256 ``id`` and what the checker measured (metadata); ``tree`` is a cached
+    ``ast.parse(source)``, read by the Go exporter and the compiler: treat it as read-only
+    (``copy.deepcopy`` before changing). ``constants`` are sorted by name; that order is
+    the layout of the vector ``c``.
     """
 
     id: str
@@ -76,13 +71,17 @@ class Program:
     complexity: int
     features: frozenset[str]
     n_where: int
-    tree: ast.Module = field(repr=False)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Program) and other.id == self.id
 
     def __hash__(self) -> int:
         return hash(self.id)
+
+    @cached_property
+    def tree(self) -> ast.Module:
+        """The normalised module (parsed once per instance)."""
+        return ast.parse(self.source)
 
     @property
     def const_names(self) -> tuple[str, ...]:
@@ -129,25 +128,6 @@ class Program:
     @property
     def output_token_index(self) -> int | None:
         return self._index("output_token_us")
-
-    def step_model(self) -> StepModel:
-        """The compiled :class:`evaluator.api.StepModel` (numpy + numba), cached by id."""
-        model = _MODEL_CACHE.get(self.id)
-        if model is None:
-            from evaluator.api import StepModel
-            from evolve.codegen import compile_program
-
-            comp = compile_program(self)
-            model = StepModel(name=self.id[:12], vector_fn=comp.vector_fn,
-                              scalar_fn=comp.scalar_fn, queue_fn=comp.queue_fn,
-                              post_decode_index=self.post_decode_index,
-                              output_token_index=self.output_token_index)
-            _MODEL_CACHE[self.id] = model
-            while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
-                _MODEL_CACHE.popitem(last=False)
-        else:
-            _MODEL_CACHE.move_to_end(self.id)
-        return model
 
 
 class _Floats(ast.NodeTransformer):
@@ -226,7 +206,7 @@ def parse_program(text: str | bytes) -> Program:
     return Program(
         id=hashlib.sha256(source.encode("utf-8")).hexdigest(), source=source, doc=doc,
         constants=tuple(chk.constants[n] for n in names), complexity=chk.complexity,
-        features=frozenset(chk.features), n_where=chk.n_where, tree=ast.parse(source))
+        features=frozenset(chk.features), n_where=chk.n_where)
 
 
 def check_outputs(t: np.ndarray) -> str | None:

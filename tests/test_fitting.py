@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from evaluator.api import Evaluator, loss
+from evolve.codegen import step_model
 from evolve.fit_objective import PENALTY, GroupObjective
 from evolve.fitting import Box, const_map, fit_program, group_key
 from evolve.language import parse_program
@@ -25,7 +26,7 @@ def refreshed(small_scenarios) -> Evaluator:
     """The four 90-second runs, simulated once with the roofline seed's initial values."""
     ev = Evaluator(small_scenarios)
     p = seed_program("roofline")
-    ev.refresh_corpora(p.step_model(), const_map(p, {}, ev.scenarios, "global"))
+    ev.refresh_corpora(step_model(p), const_map(p, {}, ev.scenarios, "global"))
     return ev
 
 
@@ -38,7 +39,7 @@ def _random_constants(p, n: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("name", ["trained_physics", "roofline", "regime"])
 def test_fast_objective_equals_evaluator_loss(refreshed, name):
     p = seed_program(name)
-    model = p.step_model()
+    model = step_model(p)
     names = refreshed.names()
     obj = GroupObjective(p, model, refreshed, [refreshed.by_name[n] for n in names])
     X = _random_constants(p, 5, 3)
@@ -55,7 +56,7 @@ def test_invalid_constants_get_the_penalty(refreshed):
     p = parse_program('CONSTANTS = {"a": (1.0, -5.0, 5.0)}\n'
                       "def step_time(f, c):\n    return c.a * (f.weight_read + 1.0)\n")
     names = refreshed.names()
-    obj = GroupObjective(p, p.step_model(), refreshed, [refreshed.by_name[n] for n in names])
+    obj = GroupObjective(p, step_model(p), refreshed, [refreshed.by_name[n] for n in names])
     got = obj(np.array([[1.0], [-1.0], [0.0]]))
     assert got[0] < PENALTY and got[1] == PENALTY and got[2] == PENALTY
 
@@ -98,7 +99,7 @@ def test_scopes_fit_one_vector_per_group(refreshed, scope):
     for sc in refreshed.scenarios:
         g = r.groups[group_key(sc, scope)]
         assert cmap[sc.name].tolist() == [g[k] for k in p.const_names]
-    assert r.loss == pytest.approx(loss(refreshed.score(p.step_model(), cmap, names), names))
+    assert r.loss == pytest.approx(loss(refreshed.score(step_model(p), cmap, names), names))
     assert r.loss < r.init_loss
 
 

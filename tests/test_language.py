@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from evaluator.glossary import FEATURE_INDEX, N_FEATURES
+from evolve.codegen import step_model
 from evolve.language import (
     MAX_COMPLEXITY,
     Program,
@@ -289,7 +290,7 @@ def test_queue_and_special_constants():
     assert p.const_names == ("a", "output_token_us", "post_decode_us", "q")
     assert p.output_token_index == 1 and p.post_decode_index == 2
     assert p.queue_tree is not None and p.complexity == 4
-    model = p.step_model()
+    model = step_model(p)
     R = np.array([[100.0, 200.0, 0.0], [10.0, 10.0, 10.0]])
     q = model.queue_fn(R, p.init_vector())
     assert q.tolist() == [150.0, 200.0, 100.0]
@@ -330,7 +331,7 @@ def _source(item: str) -> str:
                                                 else f"prog{i}" for i, s in enumerate(PARITY)])
 def test_vector_scalar_parity(item):
     p = parse_program(_source(item))
-    model = p.step_model()
+    model = step_model(p)
     F = sample_features()
     lo, hi = p.bounds()
     rng = np.random.default_rng(1)
@@ -348,7 +349,7 @@ def test_vector_scalar_parity(item):
 
 def test_population_batch_matches_single_calls():
     p = parse_program(PARITY[2])
-    model = p.step_model()
+    model = step_model(p)
     F = sample_features(50)
     C = np.stack([p.init_vector(), p.init_vector() * 1.5, p.init_vector() * 0.1])
     batch = model.vector_fn(F, np.ascontiguousarray(C.T)[:, :, None])
@@ -370,7 +371,7 @@ def test_population_batch_matches_single_calls():
 ])
 def test_numeric_guards_reject_without_crashing(body, why):
     p = parse_program(prog(body))  # statically fine
-    model = p.step_model()
+    model = step_model(p)
     F = sample_features(64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -389,8 +390,8 @@ def test_check_outputs_accepts_good_and_reports_step():
 
 
 def test_step_model_cached_by_id():
-    a = parse_program(VARIANTS[0]).step_model()
-    b = parse_program(VARIANTS[1]).step_model()
+    a = step_model(parse_program(VARIANTS[0]))
+    b = step_model(parse_program(VARIANTS[1]))
     assert a is b
 
 

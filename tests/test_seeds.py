@@ -12,8 +12,10 @@ import pytest
 from evaluator.api import Evaluator
 from evaluator.components import compute_features
 from evaluator.glossary import FEATURE_INDEX, N_STATS, STAT_INDEX
-from evolve.cli import UserError, main
+from evolve.cli import main
+from evolve.codegen import step_model
 from evolve.commands.fit import SEEDS_DIR, available_seeds, load_program
+from evolve.errors import UserError
 from evolve.fitting import const_map
 from evolve.language import check_outputs, parse_program
 
@@ -43,14 +45,14 @@ def test_regime_and_smooth_use_their_devices():
 def corpora(small_scenarios) -> Evaluator:
     ev = Evaluator(small_scenarios)
     p = parse_program((SEEDS_DIR / "roofline.py").read_text())
-    ev.refresh_corpora(p.step_model(), const_map(p, {}, ev.scenarios, "global"))
+    ev.refresh_corpora(step_model(p), const_map(p, {}, ev.scenarios, "global"))
     return ev
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))
 def test_seed_outputs_are_valid_on_real_batches(corpora, name):
     p = parse_program((SEEDS_DIR / f"{name}.py").read_text())
-    model = p.step_model()
+    model = step_model(p)
     for fs in corpora.fit_sets.values():
         t = model.vector_fn(fs.features, p.init_vector())
         assert check_outputs(t) is None

@@ -34,7 +34,7 @@ from evolve.archive.models import (
     Run,
     SchemaVersion,
 )
-from evolve.cli import UserError
+from evolve.errors import ArchiveError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Informational columns: wall clock and code version. Never read by any decision, and left
@@ -43,10 +43,6 @@ INFORMATIONAL: dict[str, frozenset[str]] = {
     "runs": frozenset({"created_at", "finished_at", "code_version"}),
     "llm_calls": frozenset({"latency_s"}),
 }
-
-
-class ArchiveError(UserError):
-    """The archive is missing, corrupt, of another schema version, or lacks a record."""
 
 
 def code_version() -> str:

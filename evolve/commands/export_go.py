@@ -88,7 +88,7 @@ def group_infos(scope: str, groups: list[str], names: dict[str, dict[str, Any]])
 
 
 def _load_constants(text: str) -> dict[str, dict[str, float]]:
-    from evolve.cli import UserError
+    from evolve.errors import UserError
 
     path = Path(text)
     try:
@@ -106,8 +106,8 @@ def _load_constants(text: str) -> dict[str, dict[str, float]]:
 
 
 def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
-    from evolve.cli import UserError
-    from evolve.language import ProgramError, parse_program
+    from evolve.errors import ProgramError, UserError
+    from evolve.language import parse_program
 
     try:
         prog = parse_program(Path(args.id).read_bytes())
@@ -141,7 +141,8 @@ def _summary(metrics: dict[str, Any] | None) -> dict[str, str]:
 
 
 def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
-    from evolve.archive import Archive, ArchiveError
+    from evolve.archive import Archive
+    from evolve.errors import ArchiveError
     from evolve.language import parse_program
 
     with Archive(args.archive, create=False) as archive:
@@ -169,7 +170,7 @@ def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, A
 
 
 def _select(consts: dict, scope: str, infos: dict, name: str) -> dict:
-    from evolve.cli import UserError
+    from evolve.errors import UserError
 
     key = name.lower()
     keep = {g: v for g, v in consts.items() if g.lower() == key}
@@ -184,8 +185,8 @@ def _select(consts: dict, scope: str, infos: dict, name: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evolve.cli import UserError
-    from evolve.export.go import ExportError, export_go
+    from evolve.errors import ExportError, UserError
+    from evolve.export.go import export_go
 
     source = _from_file if Path(args.id).is_file() else _from_archive
     prog, consts, scope, meta = source(args)

@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from evolve.cli import UserError
+from evolve.codegen import step_model
+from evolve.errors import UserError
 
 HELP = "fit a program's constants and print its per-run table"
 SEEDS_DIR = Path(__file__).resolve().parents[2] / "seeds"
@@ -51,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_program(spec: str):
     """A program from a file path or a seed name; ``UserError`` if neither parses."""
-    from evolve.language import ProgramError, parse_program
+    from evolve.errors import ProgramError
+    from evolve.language import parse_program
 
     path = Path(spec)
     if not path.is_file():
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     train = ev.names("train")
     if not train:
         raise UserError("no run has split 'train' in the data directory")
-    model = program.step_model()
+    model = step_model(program)
     say(f"program {program.id[:12]} ({path}), {program.n_constants} constants, "
         f"complexity {program.complexity}; simulating {len(ev.scenarios)} runs at the "
         "initial constants...")

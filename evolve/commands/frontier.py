@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evolve.archive import Archive, ArchiveError
+    from evolve.archive import Archive
+    from evolve.errors import ArchiveError
     from evolve.reporting import num, pct, print_json, short, split_errors, table
     from evolve.search.pareto import Frontier
 

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 
+from evolve.codegen import step_model
 from evolve.commands.validate import load_target
 from evolve.reporting import table
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     scope = "global" if args.mode == "lomo" else "per_model"
     key = (lambda s: s.model) if args.mode == "lomo" else (lambda s: s.workload)
     folds = sorted({key(s) for s in ev.scenarios if s.workload != "reasoning"})
-    model = program.step_model()
+    model = step_model(program)
     start_groups = groups if scope != "global" or set(groups) == {"global"} else {}
     out: dict[str, dict] = {}
     for held in folds:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from evolve.cli import UserError
+from evolve.errors import UserError
 from evolve.operators.llm_config import LLMConfig
 
 HELP = "send one tiny request to an LLM endpoint"

@@ -45,8 +45,9 @@ def diff(stored: Any, replayed: Any) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from evolve.archive import Archive, ArchiveError
+    from evolve.archive import Archive
     from evolve.config import Config, canonical_json
+    from evolve.errors import ArchiveError
     from evolve.language import parse_program
     from evolve.search.evaluate import make_context, refresh, score_program
     from evolve.search.setup import load_evaluator

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from evolve.cli import UserError
+from evolve.errors import UserError
 
 if TYPE_CHECKING:
     from evolve.config import Config

@@ -31,7 +31,8 @@ def _lineage(pid: str, by_id: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evolve.archive import Archive, ArchiveError
+    from evolve.archive import Archive
+    from evolve.errors import ArchiveError
 
     with Archive(args.archive, create=False) as archive:
         pid = archive.resolve_id(args.id)

@@ -14,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from evolve.cli import UserError
+from evolve.codegen import step_model
+from evolve.errors import UserError
 from evolve.reporting import table
 
 HELP = "closed-loop validation of a program against every measured run"
@@ -46,7 +47,8 @@ def infer_scope(groups: dict, scenarios) -> str:
 
 def load_target(args: argparse.Namespace):
     """(program, constant groups, label) from the archive or from a file."""
-    from evolve.language import ProgramError, parse_program
+    from evolve.errors import ProgramError
+    from evolve.language import parse_program
 
     path = Path(args.program)
     if path.suffix == ".py" or path.exists():
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     consts = const_map(program, groups, ev.scenarios, scope)
     print(f"validating {label} (scope {scope}) closed loop on {len(names)} runs...",
           file=sys.stderr)
-    val = validate(ev, program.step_model(), consts, names,
+    val = validate(ev, step_model(program), consts, names,
                    progress=lambda n: print(f"  simulated {n}", file=sys.stderr))
     if args.json:
         out = {n: m.to_dict() for n, m in val.metrics.items()}

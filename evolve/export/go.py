@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from evaluator.api import FEATURE_NAMES, FEATURES
+from evolve.errors import ExportError
 from evolve.export.go_body import field_names, function_body
-from evolve.export.go_expr import ExportError, go_float
+from evolve.export.go_expr import go_float
 from evolve.export.go_templates import ARCH_GO, FEATURE_GO, METHODS, MODEL_DECL
 
 __all__ = ["BLIS_COMMIT", "BLIS_REPO", "ExportError", "GroupInfo", "export_go",

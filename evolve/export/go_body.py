@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 import re
 
-from evolve.export.go_expr import ExportError, ExprTranslator, format_expr
+from evolve.errors import ExportError
+from evolve.export.go_expr import ExprTranslator, format_expr
 
 
 def _words(text: str) -> frozenset[str]:

@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from evolve.errors import ExportError
+
 # ---------------------------------------------------------------------------------------
 # Go expression tree
 
@@ -151,10 +153,6 @@ def format_expr(e: GoExpr) -> str:
 
 # ---------------------------------------------------------------------------------------
 # Python program AST -> Go
-
-
-class ExportError(ValueError):
-    """A program cannot be translated to Go (the message says which construct and why)."""
 
 
 def go_float(v: float) -> str:

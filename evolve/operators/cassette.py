@@ -22,28 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from evolve.cli import UserError
+from evolve.errors import CassetteError, CassetteMiss
 
 Mode = Literal["off", "record", "replay"]
 CASSETTE_FORMAT = 1
-
-
-class CassetteError(UserError):
-    """A cassette cannot be used: a corrupt line, or (in replay) a request it does not hold.
-
-    A run must stop on it: continuing would break the promise that replay reproduces the
-    recorded archive. A ``UserError``, so the CLI prints it as one line (exit code 2).
-    """
-
-
-class CassetteMiss(CassetteError):
-    """Replay asked for a request hash the cassette does not contain."""
-
-    def __init__(self, path: Path, request_hash: str):
-        self.path = path
-        self.request_hash = request_hash
-        super().__init__(f"cassette {path}: no recorded exchange for request {request_hash} "
-                         "(was it recorded with the same config, prompts and seed?)")
 
 
 def canonical_request(model: str, messages: Sequence[dict[str, str]], temperature: float,

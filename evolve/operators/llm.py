@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from evolve.cli import UserError
+from evolve.errors import BudgetExhausted, LLMUnavailable
 from evolve.operators.base import Operator, Parent, Proposal
 from evolve.operators.cassette import Cassette, canonical_request, request_hash
 from evolve.operators.llm_config import LLMConfig
@@ -50,26 +50,6 @@ from evolve.operators.replies import extract_program
 
 log = logging.getLogger("evolve.llm")
 _SEED_SPAN = 2**31 - 1
-
-
-class BudgetExhausted(UserError):
-    """The run's LLM token or cost budget is spent; the loop should end the run cleanly.
-
-    A ``UserError`` so that, if the loop does not catch it, the CLI still stops with one
-    line; the generation in progress is not committed and the run can be resumed.
-    """
-
-
-class LLMUnavailable(UserError):
-    """The endpoint failed a whole batch and ``on_failure="stop"`` (one line in the CLI).
-
-    ``proposals``: the failed batch (error proposals with their ``llm_call``), so the loop
-    can still archive what was attempted.
-    """
-
-    def __init__(self, message: str, proposals: list[Proposal]):
-        super().__init__(message)
-        self.proposals = proposals
 
 
 @dataclass

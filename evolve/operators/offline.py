@@ -49,7 +49,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from evaluator.glossary import FEATURE_NAMES, FEATURES
-from evolve.language import MAX_COMPLEXITY, MAX_CONSTANTS, MAX_WHERE, ProgramError, parse_program
+from evolve.errors import ProgramError
+from evolve.language import MAX_COMPLEXITY, MAX_CONSTANTS, MAX_WHERE, parse_program
 from evolve.operators import ast_edit as E
 from evolve.operators.base import Parent, Proposal
 

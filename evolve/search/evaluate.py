@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from evaluator.api import Evaluator, loss
+from evolve.codegen import step_model
 from evolve.fitting import const_map, fit_program
 from evolve.language import Program, parse_program
 
@@ -112,7 +113,7 @@ def score_program(ctx: RunContext, program: Program,
     sliced = set(ctx.slice_parent.values())
     forced = [n for n in ctx.names if n not in sliced]
     try:
-        model = program.step_model()
+        model = step_model(program)
         consts = const_map(program, groups, ev.scenarios, ctx.scope)
         runs = ev.score(model, consts, names=forced) if forced else {}
         for n in runs:
@@ -205,7 +206,7 @@ def probe_constants(program: Program) -> np.ndarray:
 
 
 def _predictions(program: Program, probe: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
-    model = program.step_model()
+    model = step_model(program)
     parts: list[np.ndarray] = []
     with np.errstate(all="ignore"):
         parts.append(np.broadcast_to(np.asarray(model.vector_fn(probe, c), np.float64),
@@ -249,7 +250,7 @@ def refresh(ctx: RunContext, program: Program, groups: dict[str, dict[str, float
     """
     ev = ctx.evaluator
     consts = const_map(program, groups, ev.scenarios, scope)
-    model = program.step_model()
+    model = step_model(program)
     version = ev.refresh_corpora(model, consts, ctx.window_steps, names=ctx.names,
                                  progress=progress)
     official = ev.score(model, consts, names=ctx.train, full=True)

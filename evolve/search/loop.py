@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.archive import Archive, ArchiveError
+from evolve.archive import Archive
 from evolve.archive.models import CorpusVersion, Evaluation, ProgramRow
-from evolve.cli import UserError
 from evolve.closed_fit import closed_loop_fit
 from evolve.config import Config, assign_splits
-from evolve.language import Program, ProgramError, parse_program
+from evolve.errors import ArchiveError, BudgetExhausted, LLMUnavailable, ProgramError, UserError
+from evolve.language import Program, parse_program
 from evolve.operators.base import Operator, Parent, Proposal
 from evolve.search.evaluate import (
     FitPool,
@@ -266,12 +266,10 @@ class Search:
         try:
             proposals = self.operator.propose(parents, insp, generation_rng(
                 cfg.run.seed, g, PURPOSE_OPERATOR), cfg.search.children)
-        except UserError as exc:
-            if type(exc).__name__ == "BudgetExhausted":  # the LLM operator's own budget
-                raise _Stop("llm_budget") from exc
-            if type(exc).__name__ == "LLMUnavailable":  # endpoint gone, on_failure = stop
-                raise _Stop("llm_unavailable") from exc
-            raise
+        except BudgetExhausted as exc:  # the LLM operator's own budget
+            raise _Stop("llm_budget") from exc
+        except LLMUnavailable as exc:  # endpoint gone, on_failure = stop
+            raise _Stop("llm_unavailable") from exc
         rows += st.llm_rows(self.run_id, g, proposals)
         # 1. parse; drop known ids and over-cap programs (cheap, in proposal order)
         rejected: dict[int, tuple[str | None, str]] = {}

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from evaluator.api import Evaluator
-from evolve.cli import UserError
 from evolve.config import Config
-from evolve.language import Program, ProgramError, parse_program
+from evolve.errors import ProgramError, UserError
+from evolve.language import Program, parse_program
 from evolve.operators.base import Operator
 
 PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"

@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evolve.archive import Archive, ArchiveError
+from evolve.archive import Archive
 from evolve.archive.models import CorpusVersion, Evaluation, FrontierRow, GridCell, LLMCall
 from evolve.config import Config
+from evolve.errors import ArchiveError
 from evolve.language import Program
 from evolve.search.evaluate import Scored
 from evolve.search.grid import Elite, Grid

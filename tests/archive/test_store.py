@@ -7,8 +7,9 @@ import sqlite3
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from evolve.archive import Archive, ArchiveError
+from evolve.archive import Archive
 from evolve.archive.models import Evaluation, ProgramRow, SchemaVersion
+from evolve.errors import ArchiveError
 
 
 def _program(run_id: int, pid: str, g: int = 0, seq: int = 0) -> ProgramRow:

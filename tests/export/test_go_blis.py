@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from evaluator.components import compute_features
+from evolve.codegen import step_model
 from evolve.export.go import BLIS_COMMIT, GroupInfo, export_go, type_prefix
 from evolve.export.go_harness import find_go, go_env
 from evolve.language import parse_program
@@ -176,7 +177,7 @@ def test_drop_into_real_blis(tmp_path):
                 stats[[1, 3, 6], j] += [1, t, k]
             stats[7, j] = max(stats[7, j], k + t)
     c = groups["llama-2-70b"]
-    want = prog.step_model().vector_fn(compute_features(stats, arch), c)
+    want = step_model(prog).vector_fn(compute_features(stats, arch), c)
     got = np.array([float(ln.split()[0]) for ln in lines[:-1]])
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
     assert [int(ln.split()[1]) for ln in lines[:-1]] == [max(1, int(u)) for u in got]

@@ -22,7 +22,9 @@ import pytest
 from evaluator.components import ARCH_FIELDS, compute_features
 from evaluator.glossary import N_STATS
 from evaluator.scenarios import Hardware, ModelArch, data_dir
-from evolve.export.go import BLIS_COMMIT, ExportError, GroupInfo, export_go, type_prefix
+from evolve.codegen import step_model
+from evolve.errors import ExportError
+from evolve.export.go import BLIS_COMMIT, GroupInfo, export_go, type_prefix
 from evolve.export.go_body import field_names
 from evolve.export.go_expr import Atom, Binary, Call, Unary, format_expr
 from evolve.export.go_harness import (
@@ -258,7 +260,7 @@ def assert_close(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 def check_case(h: Harness, i: int, group: str, arch, stats, out, reqs=()) -> None:
     prog = h.programs[i][1]
-    sm = prog.step_model()
+    sm = step_model(prog)
     c = h.consts_for(i, group)
     want = np.broadcast_to(sm.vector_fn(compute_features(stats, arch), c), stats.shape[1])
     go = np.array([s[0] for s in out["s"]])
@@ -336,7 +338,7 @@ def test_parity_real_run(harness, all_scenarios, tmp_path):
         seen.add(sc.model)
         head = sc.head(30.0)
         c = harness.consts_for(i, sc.model)
-        corpus = simulate(head, prog.step_model(), c, record_members=True).corpus
+        corpus = simulate(head, step_model(prog), c, record_members=True).corpus
         ptr = corpus.member_ptr
         # Each member's prompt length as the simulator used it: the input length, or input +
         # generated tokens while a preempted request recomputes (BLIS's InputLen()).
