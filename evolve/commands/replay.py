@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     from evolve.config import Config, canonical_json
     from evolve.errors import ArchiveError
     from evolve.language import parse_program
-    from evolve.search.evaluate import make_context, refresh, score_program
+    from evolve.search.context import make_context
+    from evolve.search.corpora import refresh
+    from evolve.search.judge import score_program
     from evolve.search.setup import load_evaluator
 
     with Archive(args.archive, create=False) as archive:

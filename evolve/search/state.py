@@ -19,7 +19,7 @@ from evolve.archive.models import CorpusVersion, Evaluation, FrontierRow, GridCe
 from evolve.config import Config
 from evolve.errors import ArchiveError
 from evolve.language import Program
-from evolve.search.evaluate import Scored
+from evolve.search.context import Scored
 from evolve.search.grid import Elite, Grid
 from evolve.search.pareto import Frontier
 

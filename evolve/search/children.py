@@ -1,0 +1,100 @@
+"""Producing and evaluating children: screen the proposals, fit them, record every outcome.
+
+Why the order of operations matters: the archive must not depend on how many workers fit
+in parallel. So cheap rejections (no source, no parse, a known id, over the complexity
+cap) happen first in proposal order; the survivors are fingerprinted and fitted in the
+pool (results come back in job order); then, again in proposal order, each child claims
+its fingerprint (a later twin of an earlier child is rejected, its fit discarded) and the
+evaluation budget is enforced. Every proposal gets exactly one evaluation row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evolve.config import Config
+from evolve.errors import ProgramError
+from evolve.language import Program, parse_program
+from evolve.operators.base import Proposal
+from evolve.search.books import Books
+from evolve.search.context import Scored
+from evolve.search.pool import FitPool
+from evolve.search.rng import child_seed
+from evolve.search.state import source_id
+
+Screened = tuple[Program | None, str | None, str, list[Any]]
+
+
+def screen(books: Books, cfg: Config, g: int, prop: Proposal) -> Screened:
+    """Parse one proposal and reject what needs no computation: no source, no parse,
+    a known id, complexity over the cap.
+
+    Returns (program to fingerprint and fit, or None; id to record; rejection reason;
+    program rows).
+    """
+    st = books.state
+    if prop.source is None:
+        return None, None, prop.error or "operator returned no source", []
+    try:
+        prog = parse_program(prop.source)
+    except ProgramError as exc:
+        pid = source_id(prop.source)
+        rows = [] if pid in st.seen_ids else [
+            books.program_row(None, prop.source, prop.parent_ids, prop.operator, g, pid)]
+        st.seen_ids.add(pid)
+        return None, pid, f"does not parse: {exc}", rows
+    if prog.id in st.seen_ids:
+        return None, prog.id, f"duplicate of program {prog.id[:12]}", []
+    st.seen_ids.add(prog.id)
+    if prog.complexity > cfg.search.complexity_cap:
+        row = books.program_row(prog, prog.source, prop.parent_ids, prop.operator, g)
+        return None, prog.id, (f"complexity {prog.complexity} > cap "
+                               f"{cfg.search.complexity_cap}"), [row]
+    return prog, prog.id, "", []
+
+
+def evaluate_children(books: Books, pool: FitPool, cfg: Config, g: int,
+                      proposals: Sequence[Proposal]) -> list[Any]:
+    """Screen, fingerprint, fit and record a generation's proposals; returns the rows."""
+    st = books.state
+    rows: list[Any] = []
+    # 1. parse; drop known ids and over-cap programs (cheap, in proposal order)
+    rejected: dict[int, tuple[str | None, str]] = {}
+    pending: list[tuple[int, Proposal, Program]] = []
+    for i, prop in enumerate(proposals):
+        prog, pid, reason, new_rows = screen(books, cfg, g, prop)
+        rows += new_rows
+        if prog is None:
+            rejected[i] = (pid, reason)
+        else:
+            pending.append((i, prop, prog))
+    # 2. fingerprint and fit in the workers; a twin's fit is computed but discarded
+    #    (so each program is compiled once, in the worker that fits it)
+    digits = cfg.search.fingerprint_digits if cfg.search.dedup_fingerprint else None
+    results = pool.map([(p, child_seed(cfg.run.seed, g, i)) for i, _, p in pending], digits)
+    # 3. in proposal order: claim fingerprints, reject twins, enforce the budget
+    fitted: dict[int, tuple[Program, Scored]] = {}
+    for (i, prop, prog), (fp, res) in zip(pending, results, strict=True):
+        rows.append(books.program_row(prog, prog.source, prop.parent_ids, prop.operator, g,
+                                      fp=fp))
+        twin = st.fingerprints.get(fp) if fp is not None else None
+        books.register(prog, g)
+        budget = cfg.run.max_evaluations
+        if twin is not None:
+            rejected[i] = (prog.id, f"same predictions as program {twin[:12]}")
+        elif budget and st.n_fitted >= budget:
+            rejected[i] = (prog.id, "evaluation budget exhausted")
+        else:
+            st.n_fitted += 1
+            fitted[i] = (prog, res)
+    # 4. one evaluation row per proposal, in proposal order
+    for i, prop in enumerate(proposals):
+        if i in fitted:
+            prog, res = fitted[i]
+            rows.append(books.eval_row(g, prog, "child", prop.operator, res))
+            books.accept(prog, res, g)
+            continue
+        pid, reason = rejected[i]
+        rows.append(books.rejection_row(g, pid, "screen", prop.operator, reason))
+    return rows

@@ -1,0 +1,76 @@
+"""The fixed parts of a run that every evaluation needs, and the outcome of one evaluation.
+
+Fitness (``fit.fitness``): constants are always fitted teacher forced (fast), but with
+``closed_loop`` (the default) the program is then *judged* closed loop: every run that is
+not queue-dominated is replaced by one slice per load stage (``Scenario.stage_slices``).
+:func:`make_context` builds those slices once per run. Queue-dominated runs (measured mean
+TTFT over 5 s: the overloaded reasoning runs) keep teacher-forced metrics; they are never
+in the default training split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from evaluator.api import Evaluator
+
+
+@dataclass
+class RunContext:
+    """The fixed parts of a run that every evaluation needs."""
+
+    evaluator: Evaluator
+    splits: dict[str, str]  # scenario name -> train / validate / test
+    scope: str
+    window_steps: int
+    max_evals: int
+    restarts: int = 1
+    probe: np.ndarray | None = None  # float64[N_FEATURES, n] fingerprint steps
+    slices: Evaluator | None = None  # closed-loop fitness: stage slices of sliceable runs
+    slice_parent: dict[str, str] = field(default_factory=dict)  # slice name -> run name
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.splits)
+
+    @property
+    def train(self) -> list[str]:
+        return [n for n in self.names if self.splits[n] == "train"]
+
+
+@dataclass
+class Scored:
+    """The outcome of fitting and/or scoring one program on the current corpora."""
+
+    groups: dict[str, dict[str, float]] | None
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loss: float = float("inf")
+    n_evals: int = 0
+    reason: str = ""  # empty if accepted
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason and np.isfinite(self.loss)
+
+
+QUEUE_DOMINATED_TTFT_S = 5.0
+
+
+def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunContext:
+    """The run context of a config: fitting knobs and, for closed-loop fitness, the slices."""
+    ctx = RunContext(evaluator, dict(splits), cfg.fit.scope, cfg.fit.window_steps,
+                     cfg.fit.max_evals, cfg.fit.restarts)
+    if cfg.fit.fitness == "closed_loop":
+        slices = []
+        for name in sorted(splits):
+            sc = evaluator.by_name[name]
+            if sc.measured.summary.get("ttft_mean", np.inf) >= QUEUE_DOMINATED_TTFT_S:
+                continue
+            for sl in sc.stage_slices(cfg.fit.slice_seconds, cfg.fit.slice_warmup_seconds):
+                slices.append(sl)
+                ctx.slice_parent[sl.name] = name
+        ctx.slices = Evaluator(slices)
+    return ctx

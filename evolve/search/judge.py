@@ -1,0 +1,79 @@
+"""Judging one program: fit its constants, then score it on every run (pure functions).
+
+Why pure functions of (run context, program, seed): that is what lets the loop farm children
+out to worker processes and still write bit-identical archives, and lets ``evolve replay``
+re-score a stored program with exactly the code the run used.
+
+Metrics are stored per scenario (or slice, named ``<run>@<from>-<to>s``) as plain dicts
+(``RunMetrics.to_dict()`` with the split of the parent run and a ``mode`` key). Only
+training runs enter the loss; validate/test numbers are stored for reporting and never
+read by selection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from evaluator.api import loss
+from evolve.codegen import step_model
+from evolve.fitting import const_map, fit_program
+from evolve.language import Program
+from evolve.search.context import RunContext, Scored
+
+
+def _clean(groups: Any) -> dict[str, dict[str, float]]:
+    return {str(g): {str(k): float(v) for k, v in sorted(c.items())}
+            for g, c in sorted(dict(groups).items())}
+
+
+def score_program(ctx: RunContext, program: Program,
+                  groups: dict[str, dict[str, float]]) -> Scored:
+    """Teacher-forced metrics of ``program`` with fixed constants on every scenario."""
+    ev = ctx.evaluator
+    sliced = set(ctx.slice_parent.values())
+    forced = [n for n in ctx.names if n not in sliced]
+    try:
+        model = step_model(program)
+        consts = const_map(program, groups, ev.scenarios, ctx.scope)
+        runs = ev.score(model, consts, names=forced) if forced else {}
+        for n in runs:
+            runs[n].split = ctx.splits[n]
+        if ctx.slices is not None and ctx.slice_parent:
+            sims = ctx.slices.simulate(model, {s: consts[p] for s, p in
+                                               ctx.slice_parent.items()})
+            for sname, res in sims.items():
+                res.metrics.split = ctx.splits[ctx.slice_parent[sname]]
+                runs[sname] = res.metrics
+    except (ArithmeticError, ValueError, KeyError) as exc:
+        return Scored(groups, reason=f"scoring failed: {type(exc).__name__}: {exc}")
+    metrics: dict[str, dict[str, Any]] = {}
+    for name in sorted(runs):
+        d = runs[name].to_dict()
+        d["mode"] = "closed_loop_slice" if name in ctx.slice_parent else "teacher_forced"
+        metrics[name] = d
+    train = sorted(n for n, m in runs.items() if m.split == "train")
+    train_loss = loss(runs, train)
+    reason = ""
+    if not np.isfinite(train_loss):
+        bad = [n for n in train if not runs[n].valid]
+        reason = (f"invalid on {bad[0]}: {runs[bad[0]].reason}" if bad else
+                  "non-finite training loss")
+    return Scored(groups, metrics, float(train_loss), 0, reason)
+
+
+def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:
+    """Fit constants on the training runs (CMA-ES), then score on every run."""
+    try:
+        fit = fit_program(program, ctx.evaluator, ctx.train, ctx.scope, seed, ctx.max_evals,
+                          ctx.restarts)
+    except (ArithmeticError, ValueError) as exc:
+        return Scored(None, reason=f"fit failed: {type(exc).__name__}: {exc}")
+    groups = _clean(fit.groups)
+    if not groups or not np.isfinite(fit.loss):
+        return Scored(groups or None, n_evals=int(fit.n_evals),
+                      reason=f"fit failed: {fit.status}")
+    out = score_program(ctx, program, groups)
+    out.n_evals = int(fit.n_evals)
+    return out

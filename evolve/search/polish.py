@@ -1,0 +1,62 @@
+"""Polishing: refit constants closed loop for the programs that matter.
+
+Why: teacher-forced constants are a good start but not the closed-loop optimum; CMA-ES on
+the stage slices (:func:`evolve.fitting.closed_loop_fit`) finds it, at ~1000x the cost of
+a teacher-forced evaluation. So it is spent on the seeds (generation 0) and on the pick
+and the champion (last generation) only. A polished evaluation is kept only if it beats
+the program's current loss, so the grid stays consistent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evolve.closed_fit import closed_loop_fit
+from evolve.config import Config
+from evolve.language import Program
+from evolve.search.books import Books
+from evolve.search.context import RunContext, Scored
+from evolve.search.judge import score_program
+from evolve.search.rng import child_seed
+
+
+def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals: int,
+                 salt: int, g: int) -> Scored:
+    """``res`` or, if better, its constants refitted closed loop on the stage slices."""
+    sliced = sorted(set(ctx.slice_parent.values()) & set(ctx.train))
+    if not res.ok or not sliced:
+        return res
+    fit = closed_loop_fit(prog, ctx.evaluator, sliced, ctx.scope,
+                          child_seed(cfg.run.seed, g, salt), start=res.groups,
+                          max_evals=evals, width_s=cfg.fit.slice_seconds,
+                          warmup_s=cfg.fit.slice_warmup_seconds)
+    out = score_program(ctx, prog, fit.groups)
+    out.n_evals = res.n_evals + fit.n_evals
+    return out if out.ok and out.loss < res.loss else res
+
+
+def polish(books: Books, ctx: RunContext, cfg: Config, g: int, log: Any) -> list[Any]:
+    """Refit the frontier pick and the champion closed loop (last generation only)."""
+    st = books.state
+    if ctx.slices is None:
+        return []
+    targets = []
+    for e in (books.frontier().pick(), st.grid.best()):
+        if e is not None and e.program_id not in [t.program_id for t in targets]:
+            targets.append(e)
+    rows: list[Any] = []
+    for i, e in enumerate(targets):
+        info = st.info[e.program_id]
+        current = Scored(info.groups, info.metrics, info.loss)
+        res = closed_refit(ctx, cfg, info.program, current, cfg.fit.polish_evals,
+                           10_000 + i, g)
+        if res is not current:
+            rows.append(books.eval_row(g, info.program, "polish", "closed_loop_fit", res))
+            books.accept(info.program, res, e.generation)
+            log(f"run {books.run_id}: polished {e.program_id[:12]} closed loop: "
+                f"loss {e.loss:.4f} -> {res.loss:.4f}")
+        else:
+            rows.append(books.rejection_row(
+                g, e.program_id, "polish", "closed_loop_fit",
+                f"closed-loop refit found no loss below {e.loss:.4f}"))
+    return rows
