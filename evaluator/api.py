@@ -15,48 +15,23 @@ Contract (the seam between the two packages):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from evaluator.baselines import baseline_models
 from evaluator.corpus import Corpus, FitSet, build_fit_set
-from evaluator.glossary import FEATURE_INDEX, FEATURE_NAMES, FEATURES, N_FEATURES
+from evaluator.glossary import FEATURE_INDEX, FEATURE_NAMES, FEATURES, N_FEATURES, PEAK_FLOPS
+from evaluator.model import ConstMap, StepModel
 from evaluator.scenarios import DataError, Scenario, data_dir, load_scenarios
-from evaluator.score import RunMetrics, loss, score_corpus, score_fit_set
+from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
 from evaluator.simulator import SimResult, simulate
 
-VectorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-QueueFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-ConstMap = Mapping[str, np.ndarray]
-
 __all__ = [
-    "FEATURES", "FEATURE_INDEX", "FEATURE_NAMES", "N_FEATURES", "ConstMap", "Corpus",
-    "DataError", "Evaluator", "FitSet", "RunMetrics", "Scenario", "SimResult", "StepModel",
-    "data_dir", "load_scenarios", "loss",
+    "FEATURES", "FEATURE_INDEX", "FEATURE_NAMES", "N_FEATURES", "PEAK_FLOPS", "ConstMap",
+    "Corpus", "DataError", "Evaluator", "FitSet", "RunMetrics", "Scenario", "SimResult",
+    "StepModel", "baseline_models", "data_dir", "load_scenarios", "loss", "request_latencies",
 ]
-
-
-@dataclass(frozen=True)
-class StepModel:
-    """A step-time model in the two forms the evaluator runs.
-
-    ``vector_fn(F, c)``: ``F`` is ``float64[N_FEATURES, n_steps]`` (row i = feature i of
-    ``FEATURE_NAMES``), ``c`` the constant vector; returns ``float64[n_steps]`` in µs.
-    ``scalar_fn``: a numba-compiled ``float64(float64[::1], float64[::1])`` taking one
-    step's feature vector and ``c``; must equal ``vector_fn`` step for step.
-    ``queue_fn(R, c)``: ``R`` is ``float64[2, n_requests]`` (input_tokens, output_tokens);
-    returns the µs by which each request's entry to the queue is delayed (BLIS QueueingTime).
-    ``post_decode_index`` / ``output_token_index``: positions in ``c`` of the constants
-    ``post_decode_us`` and ``output_token_us`` (added to reported E2E only), or None.
-    """
-
-    name: str
-    vector_fn: VectorFn
-    scalar_fn: object
-    queue_fn: QueueFn | None = None
-    post_decode_index: int | None = None
-    output_token_index: int | None = None
 
 
 class Evaluator:
@@ -122,3 +97,4 @@ class Evaluator:
 
     def names(self, split: str | None = None) -> list[str]:
         return [s.name for s in self.scenarios if split is None or s.split == split]
+

@@ -18,16 +18,20 @@ by dividing the feature by its architecture factor, exact up to float rounding.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numba as nb
 import numpy as np
 from scipy.optimize import nnls
 
-from evaluator.api import ConstMap, Evaluator, StepModel
 from evaluator.corpus import wait_limit_us
 from evaluator.glossary import FEATURE_INDEX as FI
+from evaluator.model import ConstMap, StepModel
 from evaluator.scenarios import Scenario
-from evaluator.simulator import _STEP_SIG
+from evaluator.scheduler import _STEP_SIG
+
+if TYPE_CHECKING:
+    from evaluator.api import Evaluator
 
 TP_ALPHA = (15563.2, 777.3, 45.9)
 TP_BETA = (0.152128, 0.0, 1.36252915, 0.752037, 32.09546717, 4.41684444, 126.024825,

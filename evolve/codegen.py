@@ -29,8 +29,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from evaluator.api import StepModel
-from evaluator.glossary import FEATURE_INDEX
+from evaluator.api import FEATURE_INDEX, StepModel
 from evolve.errors import ProgramError
 from evolve.lang_check import QUEUE_FIELDS
 from evolve.language import Program

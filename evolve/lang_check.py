@@ -20,7 +20,7 @@ import keyword
 import math
 from dataclasses import dataclass, field
 
-from evaluator.glossary import FEATURE_NAMES
+from evaluator.api import FEATURE_NAMES
 from evolve.errors import ProgramError
 
 MAX_SOURCE_CHARS = 20_000

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.api import ConstMap, Evaluator, RunMetrics, StepModel
-from evaluator.score import request_latencies
+from evaluator.api import ConstMap, Evaluator, RunMetrics, StepModel, request_latencies
 
 TABLE_KEYS = (("e2e_mean", "E2E"), ("e2e_p90", "E2E p90"), ("e2e_p99", "E2E p99"),
               ("ttft_mean", "TTFT"), ("ttft_p90", "TTFT p90"), ("ttft_p99", "TTFT p99"),

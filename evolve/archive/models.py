@@ -22,7 +22,7 @@ from sqlalchemy import Float, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from evolve.config import canonical_json
+from evolve.canonical import canonical_json
 
 SCHEMA_VERSION = 1
 

@@ -24,8 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluator.api import Evaluator
-    from evaluator.baselines import baseline_models
+    from evaluator.api import Evaluator, baseline_models
 
     ev = Evaluator.from_data(args.data)
     print(f"loaded {len(ev.scenarios)} runs; fitting the linear baseline and simulating...",

@@ -49,7 +49,7 @@ def model_names(data: str | None) -> dict[str, dict[str, Any]]:
 
     Only the first few KB are read: these fields precede the (large) request list.
     """
-    from evaluator.scenarios import DataError, data_dir
+    from evaluator.api import DataError, data_dir
 
     try:
         root = data_dir(data)

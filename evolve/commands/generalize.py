@@ -15,8 +15,8 @@ import json
 import sys
 
 from evolve.codegen import step_model
-from evolve.commands.validate import load_target
 from evolve.reporting import table
+from evolve.targets import load_target
 
 HELP = "leave-one-model-out / leave-one-workload-out: fit on the rest, validate held out"
 

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from evolve.archive import Archive
-    from evolve.config import Config, canonical_json
+    from evolve.canonical import canonical_json
+    from evolve.config import Config
     from evolve.errors import ArchiveError
     from evolve.language import parse_program
     from evolve.search.context import make_context

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from evolve.codegen import step_model
-from evolve.errors import UserError
 from evolve.reporting import table
+from evolve.targets import infer_scope, load_target
 
 HELP = "closed-loop validation of a program against every measured run"
 
@@ -34,50 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="constant scope (default: inferred from the constant groups)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def infer_scope(groups: dict, scenarios) -> str:
-    keys = set(groups)
-    if keys == {"global"}:
-        return "global"
-    if keys <= {s.model for s in scenarios}:
-        return "per_model"
-    return "per_scenario"
-
-
-def load_target(args: argparse.Namespace):
-    """(program, constant groups, label) from the archive or from a file."""
-    from evolve.errors import ProgramError
-    from evolve.language import parse_program
-
-    path = Path(args.program)
-    if path.suffix == ".py" or path.exists():
-        try:
-            program = parse_program(path.read_bytes())
-        except OSError as exc:
-            raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-        except ProgramError as exc:
-            raise UserError(f"{path}: {exc}") from None
-        groups = {}
-        if args.constants:
-            try:
-                groups = json.loads(Path(args.constants).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise UserError(f"{args.constants}: not a readable JSON file ({exc})") from None
-        return program, groups, path.stem
-    from evolve.archive.store import Archive
-
-    if not Path(args.archive).exists():
-        raise UserError(f"{args.archive}: archive not found (run `evolve run` first)")
-    with Archive(args.archive, create=False) as ar:
-        pid = ar.resolve_id(args.program)
-        evals = [e for e in ar.evaluations_of(pid) if e.status == "accepted" and e.constants
-                 and (args.run is None or e.run_id == args.run)]
-        if not evals:
-            raise UserError(f"{args.archive}: program {pid[:12]} has no accepted evaluation")
-        rows = ar.program(pid, evals[-1].run_id)
-        program = parse_program(rows[0].source)
-        return program, evals[-1].constants, pid[:12]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import jinja2
 
-from evaluator.glossary import FEATURES, PEAK_FLOPS
+from evaluator.api import FEATURES, PEAK_FLOPS
 from evolve.lang_check import CALL_ARITY, MAX_COMPLEXITY, MAX_CONSTANTS, MAX_WHERE
 from evolve.operators.base import Parent
 

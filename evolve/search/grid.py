@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from evaluator.glossary import N_FEATURES
+from evaluator.api import N_FEATURES
 
 Cell = tuple[int, int]  # (complexity bin index, number of distinct features)
 

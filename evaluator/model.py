@@ -1,0 +1,41 @@
+"""What a step-time model is, to the evaluator: the one type both packages build on.
+
+Why a module of its own: the evaluator's baselines and evolve's compiler both produce
+``StepModel`` objects, and the evaluator's public surface (``evaluator.api``) re-exports
+it; keeping it here lets every evaluator module use it without importing the API module
+that is built on top of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+VectorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+QueueFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+ConstMap = Mapping[str, np.ndarray]
+
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A step-time model in the two forms the evaluator runs.
+
+    ``vector_fn(F, c)``: ``F`` is ``float64[N_FEATURES, n_steps]`` (row i = feature i of
+    ``FEATURE_NAMES``), ``c`` the constant vector; returns ``float64[n_steps]`` in µs.
+    ``scalar_fn``: a numba-compiled ``float64(float64[::1], float64[::1])`` taking one
+    step's feature vector and ``c``; must equal ``vector_fn`` step for step.
+    ``queue_fn(R, c)``: ``R`` is ``float64[2, n_requests]`` (input_tokens, output_tokens);
+    returns the µs by which each request's entry to the queue is delayed (BLIS QueueingTime).
+    ``post_decode_index`` / ``output_token_index``: positions in ``c`` of the constants
+    ``post_decode_us`` and ``output_token_us`` (added to reported E2E only), or None.
+    """
+
+    name: str
+    vector_fn: VectorFn
+    scalar_fn: object
+    queue_fn: QueueFn | None = None
+    post_decode_index: int | None = None
+    output_token_index: int | None = None
