@@ -1,4 +1,4 @@
-"""Evaluator budgets (DESIGN.md "Budgets"): scoring throughput, fitting-corpus scoring time,
+"""Evaluator budgets (README, Benchmarks): scoring throughput, fitting-corpus scoring time,
 closed-loop simulation of all 16 runs. Prints figures; run ``python benchmarks/bench_evaluator.py``.
 
 The 30-operation program below is scored teacher forced on the full corpora of all 16 runs

@@ -1,6 +1,6 @@
 """Benchmark: program compile time, and CMA-ES fit time of a 10-constant program.
 
-Budget (DESIGN.md, "Budgets"): fitting a 10-constant program on the fitting windows of the
+Budget (README, Benchmarks): fitting a 10-constant program on the fitting windows of the
 training runs takes under 3 s on 2 cores. Prints:
 
 1. per seed program: parse + check, numpy code generation, numba compilation (ms);

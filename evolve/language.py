@@ -1,6 +1,6 @@
 """The program language: parse, check, normalise and identify step-time programs.
 
-A program is a small Python module (see ``DESIGN.md``, "The program language")::
+A program is a small Python module (see ``docs/architecture.md``, "A program")::
 
     \"\"\"Idea in one line.\"\"\"
     CONSTANTS = {"a": (1.0, 0.0, 10.0), "b": (100.0, 1.0, 1e4)}

@@ -1,0 +1,47 @@
+"""The seed-7, 10-generation archive, byte for byte: behaviour changes only on purpose.
+
+Refactors must not change what a run decides. This test runs the seed-7, 10-generation
+search on a small cut of the real data (three runs, one per split, their first 20 s; small
+fitting budgets, so it takes seconds) and compares the archive's digest
+(``evolve.archive.digest``: every table without its wall-clock and code-version columns)
+with the digest recorded here. The recorded digest was produced by the code *before* the
+structure refactor (issue 13) and reproduced after it; the full-data run
+(``evolve run --generations 10 --seed 7``) was compared the same way with
+``scripts/archive_digest.py``.
+
+If a change of behaviour is intended (new features, a new selection rule), update
+``GOLDEN`` in the same commit and say why in its message.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from evolve.archive import Archive
+from evolve.archive.digest import archive_digest
+from evolve.config import Config, apply_dict, validate
+from evolve.search.loop import Search
+
+SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
+             "20260218-150956-codellama-34b-tp2-codegen",   # validate
+             "20260217-170634-llama-2-7b-tp1-reasoning"]    # test
+CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios": SCENARIOS,
+                  "workers": 1, "progress": False},
+          "search": {"children": 3, "refresh_min_gap": 1, "refresh_margin": 0.02},
+          "fit": {"max_evals": 40, "restarts": 0, "window_steps": 300,
+                  "seed_polish_evals": 8, "polish_evals": 8}}
+GOLDEN = "7f1a412f7084229b559a7870aca335ab6e00da0da7081c6de78669d863404fa0"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_seed7_archive_matches_the_recorded_digest(tmp_path, workers):
+    cfg = Config()
+    apply_dict(cfg, CONFIG, "golden")
+    cfg.run.workers = workers
+    cfg.run.archive = str(tmp_path / "a.db")
+    cfg = validate(cfg, "golden")
+    with Archive(cfg.run.archive) as archive:
+        summary = Search(cfg, archive, log=lambda _m: None).run()
+        digest = archive_digest(archive)
+    assert summary.status == "finished" and summary.generations_done == 10
+    assert digest == GOLDEN
