@@ -14,8 +14,9 @@ With the program that produced the corpus this reproduces the closed loop exactl
 float rounding). The decode interval (``itl_mean``) is (E2E - TTFT) / (n_out - 1) per
 request, the real per-token interval, about twice inference-perf's ITL (data README
 trap 3). It prices the lifetime rather than replaying absolute step end times (a
-departure from the first design), because with fixed batches a slower candidate drifts every later step
-and the error compounds across a window, which made fitting landscapes cliff-like.
+departure from the first design), because with fixed batches a slower candidate drifts
+every later step and the error compounds across a window, which made fitting landscapes
+cliff-like.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -112,12 +113,8 @@ def plot(val: Validation, out_dir: Path, title: str) -> list[Path]:
         handles, labels = ax.get_legend_handles_labels()
         uniq = dict(zip(labels, handles, strict=False))
         ax.legend(uniq.values(), uniq.keys())
-    fig.suptitle(f"{title}: closed loop vs measured, per run")
-    fig.tight_layout()
-    p = out_dir / "pred_vs_measured.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(_save(plt, fig, f"{title}: closed loop vs measured, per run",
+                       out_dir / "pred_vs_measured.png", 110))
 
     n = len(val.latencies)
     cols = 4
@@ -134,10 +131,15 @@ def plot(val: Validation, out_dir: Path, title: str) -> list[Path]:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{title}: per-request E2E CDF, measured vs simulated")
-    fig.tight_layout()
-    p = out_dir / "e2e_cdfs.png"
-    fig.savefig(p, dpi=90)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(_save(plt, fig, f"{title}: per-request E2E CDF, measured vs simulated",
+                       out_dir / "e2e_cdfs.png", 90))
     return paths
+
+
+def _save(plt: Any, fig: Any, title: str, path: Path, dpi: int) -> Path:
+    """Title, lay out, write and close one figure."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
