@@ -110,7 +110,11 @@ def build_fit_set(scenario, corpus: Corpus, window_steps: int = 2000) -> FitSet:
         ok &= scenario.scored
     life = corpus.last_step[done] - corpus.admit_step[done]
     width = max(window_steps, 4 * int(np.median(life)) if life.size else 0)
-    feats, keep, adm, fst, lst = [], [], [], [], []
+    feats: list[np.ndarray] = []
+    keep: list[np.ndarray] = []
+    adm: list[np.ndarray] = []
+    fst: list[np.ndarray] = []
+    lst: list[np.ndarray] = []
     offset = 0
     for st in range(len(scenario.stages)):
         idx = np.flatnonzero(stage == st)

@@ -53,6 +53,7 @@ import numpy as np
 from evaluator.corpus import Corpus
 from evaluator.scenarios import CLIENT_TIMEOUT_S, Scenario
 from evaluator.scheduler import _STEP_SIG, ERR_BAD_STEP, ERR_STUCK, STEP_FN_TYPE, _run
+from evaluator.score import RunMetrics, metrics_from_times, queue_delay
 
 __all__ = ["STEP_FN_TYPE", "_STEP_SIG", "SimResult", "simulate"]
 
@@ -62,7 +63,7 @@ class SimResult:
     """A closed-loop simulation: its corpus, the official metrics, and diagnostics."""
 
     corpus: Corpus
-    metrics: object  # evaluator.score.RunMetrics
+    metrics: RunMetrics
     n_preemptions: int
     error: str = ""
 
@@ -70,8 +71,6 @@ class SimResult:
 def simulate(scenario: Scenario, model, consts: np.ndarray,
              record_members: bool = False) -> SimResult:
     """Run ``scenario`` closed loop with ``model`` (an ``evaluator.api.StepModel``)."""
-    from evaluator.score import metrics_from_times, queue_delay
-
     sv = scenario.server
     consts = np.ascontiguousarray(consts, dtype=np.float64)
     delay = queue_delay(scenario, model, consts)

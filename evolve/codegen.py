@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numba
 import numpy as np
@@ -88,7 +88,7 @@ class _Translate(ast.NodeTransformer):
 
 class _ToNumpy(_Translate):
     def visit_Constant(self, node: ast.Constant) -> ast.Name:
-        return self.literal(np.float64(node.value))
+        return self.literal(np.float64(cast(float, node.value)))  # checked: a number
 
     def visit_Call(self, node: ast.Call) -> ast.Call:
         assert isinstance(node.func, ast.Name)
@@ -97,7 +97,7 @@ class _ToNumpy(_Translate):
 
 class _ToScalar(_Translate):
     def visit_Constant(self, node: ast.Constant) -> ast.Name:
-        return self.literal(float(node.value))
+        return self.literal(float(cast(float, node.value)))  # checked: a number
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
         assert isinstance(node.func, ast.Name)
@@ -120,7 +120,7 @@ def _generate(fn: ast.FunctionDef, tr: _Translate, name: str) -> ast.Module:
     gen = ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None,
                           type_comment=None)
     if "type_params" in ast.FunctionDef._fields:  # Python >= 3.12
-        gen.type_params = []
+        gen.type_params = []  # type: ignore[attr-defined]
     return ast.fix_missing_locations(ast.Module(body=[gen], type_ignores=[]))
 
 

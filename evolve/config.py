@@ -284,8 +284,9 @@ def _toml_value(value: Any) -> str | None:
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, (list, tuple)):
-        items = [_toml_value(v) for v in value]
-        return None if None in items else "[" + ", ".join(items) + "]"  # type: ignore[arg-type]
+        parts = [_toml_value(v) for v in value]
+        kept = [p for p in parts if p is not None]
+        return None if len(kept) < len(parts) else "[" + ", ".join(kept) + "]"
     if isinstance(value, dict):
         items = [f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in sorted(value.items())]
         return "{ " + ", ".join(items) + " }" if items else "{}"

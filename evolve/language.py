@@ -146,7 +146,7 @@ def _function(name: str, params: tuple[str, str], info: FunctionInfo) -> ast.Fun
     fn = ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None,
                          type_comment=None)
     if "type_params" in ast.FunctionDef._fields:  # Python >= 3.12
-        fn.type_params = []
+        fn.type_params = []  # type: ignore[attr-defined]
     return fn
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 HELP = "show the Pareto frontier of a run"
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         latest = archive.latest_accepted(rid)
     tol = float(run_row.config.get("search", {}).get("pick_tolerance", 1.5))
     rule = Frontier.from_elites([], tol).rule
-    members = []
+    members: list[dict[str, Any]] = []
     for r in rows:
         ev = latest.get(r.program_id)
         errs = split_errors(ev.metrics if ev else None)

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _lineage(pid: str, by_id: dict[str, Any]) -> list[dict[str, Any]]:
     """The chain of first parents back to a seed (or to a program from outside the run)."""
-    chain, seen = [], set()
+    chain: list[dict[str, Any]] = []
+    seen: set[str] = set()
     while pid in by_id and pid not in seen and len(chain) < MAX_LINEAGE:
         seen.add(pid)
         row = by_id[pid]

@@ -23,6 +23,7 @@ import ast
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 # Constants the evaluator reads itself (E2E-only offsets); never removed as "unused".
 RESERVED_CONSTANTS: tuple[str, ...] = ("post_decode_us", "output_token_us")
@@ -138,7 +139,7 @@ def call_name(node: ast.AST) -> str | None:
     return None
 
 
-def is_param_attr(node: ast.AST, param: str) -> bool:
+def is_param_attr(node: ast.AST, param: str) -> TypeGuard[ast.Attribute]:
     """True for ``<param>.<name>``, e.g. ``f.kv_read`` or ``c.alpha``."""
     return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
             and node.value.id == param)
@@ -291,7 +292,7 @@ def rename_consts(node: ast.AST, mapping: dict[str, str]) -> None:
     """Rename ``c.<old>`` to ``c.<new>`` in place."""
     for n in _walk(node):
         if is_param_attr(n, CONST_PARAM) and n.attr in mapping:
-            n.attr = mapping[n.attr]  # type: ignore[attr-defined]
+            n.attr = mapping[n.attr]
 
 
 def short(node: ast.AST, limit: int = 48) -> str:

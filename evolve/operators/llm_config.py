@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 OnFailure = Literal["offline", "stop"]
 CassetteMode = Literal["off", "record", "replay"]
@@ -143,7 +143,7 @@ def field_docs() -> dict[str, str]:
 
 def _price_pair(model: object, value: object) -> tuple[float, float]:
     try:
-        p_in, p_out = value  # type: ignore[misc]
+        p_in, p_out = cast(tuple[Any, Any], value)
         pair = (float(p_in), float(p_out))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"llm config: prices[{model!r}] must be [input, output] USD per 1M "

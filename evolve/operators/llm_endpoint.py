@@ -126,6 +126,7 @@ class Endpoint:
             prompt_tokens = sum(count(m["content"]) for m in request["messages"])
             completion_tokens = count(reply or "")
         else:
+            assert usage is not None
             prompt_tokens = int(usage.prompt_tokens or 0)
             completion_tokens = int(usage.completion_tokens or 0)
         return Exchange(OK, reply, choices[0].finish_reason, prompt_tokens, completion_tokens,

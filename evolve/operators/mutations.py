@@ -188,7 +188,8 @@ class Mutations:
         for s in E.value_slots(parts.step_fn()):
             node, name = s.node, E.call_name(s.node)
             if ((isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub))
-                    or (name in ("maximum", "minimum") and len(node.args) == 2)
+                    or (name in ("maximum", "minimum") and isinstance(node, ast.Call)
+                        and len(node.args) == 2)
                     or name in _UNARY_SWAP):
                 sites.append(s)
         if not sites:

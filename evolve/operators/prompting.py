@@ -193,8 +193,8 @@ def _render_user(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[P
     views = [_parent_view(p, limits) for p in parents]
     if kind == "mutate":
         view = views[0]
-        rows, dropped = _error_rows([parents[0]], limits.error_rows)
-        view.update(error_columns=rows[0], error_rows=rows[1], rows_dropped=dropped,
+        table, dropped = _error_rows([parents[0]], limits.error_rows)
+        view.update(error_columns=table[0], error_rows=table[1], rows_dropped=dropped,
                     signed=_signed(parents))
         text = _env().get_template("mutate.jinja").render(parent=view, inspirations=insp)
     else:

@@ -94,6 +94,8 @@ class Search:
         if start > 0:
             books.state = load_state(self.archive, self.run_id, books.new_grid(), cfg,
                                      parse_program)
+            if run.probe is None:
+                raise ArchiveError(f"run {self.run_id}: no fingerprint probe stored")
             self.ctx.probe = probe_from_bytes(run.probe)
             if start <= cfg.run.generations:  # work left: rebuild the current corpora
                 rebuild_corpus(books, self.ctx,
@@ -114,7 +116,8 @@ class Search:
                     status = f"stopped:{stop}"
                     break
                 rows += snapshot_rows(self.run_id, g, st.grid, books.frontier())
-                extra = {"probe": probe_bytes(self.ctx.probe)} if g == 0 else {}
+                extra = ({"probe": probe_bytes(self.ctx.probe)}
+                         if g == 0 and self.ctx.probe is not None else {})
                 self.archive.commit_generation(self.run_id, g, rows, **extra)
                 st.generations_done = g
                 if bar is not None:

@@ -16,6 +16,7 @@ from evolve.config import Config
 from evolve.language import Program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
+from evolve.search.grid import Elite
 from evolve.search.judge import score_program
 from evolve.search.rng import child_seed
 
@@ -40,7 +41,7 @@ def polish(books: Books, ctx: RunContext, cfg: Config, g: int, log: Any) -> list
     st = books.state
     if ctx.slices is None:
         return []
-    targets = []
+    targets: list[Elite] = []
     for e in (books.frontier().pick(), st.grid.best()):
         if e is not None and e.program_id not in [t.program_id for t in targets]:
             targets.append(e)

@@ -144,7 +144,8 @@ def load_state(archive: Archive, run_id: int, grid: Grid, cfg: Config,
     cells = []
     latest = archive.latest_accepted(run_id)
     for c in archive.grid(run_id, g_done):
-        cell = tuple(int(x) for x in c.cell.split(","))
+        a, b = (int(x) for x in c.cell.split(","))
+        cell = (a, b)
         cells.append((cell, Elite(c.program_id, c.loss, c.complexity, c.n_features,
                                   c.elite_generation)))
         ev = latest.get(c.program_id)
