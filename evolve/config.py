@@ -75,6 +75,9 @@ class SearchSection:
         metadata={"doc": "MAP-Elites complexity bin edges (bin j = [e_j, e_j+1))"})
     pick_tolerance: float = _doc(
         1.5, "frontier pick considers members with loss <= this x the lowest frontier loss")
+    pick_rule: str = _doc(
+        "validate", "frontier pick: validate (lowest validate loss among eligible members) "
+        "| pysr (PySR's score rule, training loss only)", choices=("validate", "pysr"))
     complexity_cap: int = _doc(30, "children above this complexity are rejected")
     dedup_fingerprint: bool = _doc(
         True, "reject children whose predictions at initial constants equal an earlier one's")

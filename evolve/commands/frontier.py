@@ -1,4 +1,9 @@
-"""``evolve frontier``: the loss-vs-complexity frontier of a run, with the pick marked."""
+"""``evolve frontier``: the loss-vs-complexity frontier of a run, with the pick marked.
+
+Each member shows its training loss (what the frontier is built on) and its validate loss
+(what the pick reads, see ``evolve.search.pareto``); test errors are shown for reference
+and never read by any decision.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.errors import ArchiveError
     from evolve.reporting import num, pct, print_json, short, split_errors, table
     from evolve.search.pareto import Frontier
+    from evolve.search.selection import split_loss
 
     with Archive(args.archive, create=False) as archive:
         rid = args.run if args.run is not None else archive.latest_run_id()
@@ -31,32 +37,35 @@ def run(args: argparse.Namespace) -> int:
                                + (f" at generation {args.generation}"
                                   if args.generation is not None else " yet"))
         latest = archive.latest_accepted(rid)
-    tol = float(run_row.config.get("search", {}).get("pick_tolerance", 1.5))
-    rule = Frontier.from_elites([], tol).rule
+    search_cfg = run_row.config.get("search", {})
+    tol = float(search_cfg.get("pick_tolerance", 1.5))
+    # runs recorded before the validate rule existed were picked by PySR's rule
+    rule = Frontier.from_elites([], tol, str(search_cfg.get("pick_rule", "pysr"))).rule
     members: list[dict[str, Any]] = []
     for r in rows:
         ev = latest.get(r.program_id)
         errs = split_errors(ev.metrics if ev else None)
         members.append({"id": r.program_id, "complexity": r.complexity, "train_loss": r.loss,
+                        "validate_loss": split_loss(ev.metrics if ev else None, "validate"),
                         "picked": bool(r.picked), "errors": errs,
                         "constants": ev.constants if ev else None})
     if args.json:
         print_json({"run": rid, "generation": rows[0].generation, "pick_rule": rule,
                     "members": members})
         return 0
-    headers = ["", "id", "cx", "train loss", "train E2E", "train TTFT", "val E2E",
-               "val TTFT", "test E2E", "test TTFT"]
+    headers = ["", "id", "cx", "train loss", "val loss", "train E2E", "train TTFT",
+               "val E2E", "val TTFT", "test E2E", "test TTFT"]
     body = []
     for m in members:
         e = m["errors"]
         body.append(["*" if m["picked"] else "", short(m["id"]), m["complexity"],
-                     num(m["train_loss"]), pct(e["train"]["e2e_mean"]),
+                     num(m["train_loss"]), num(m["validate_loss"]), pct(e["train"]["e2e_mean"]),
                      pct(e["train"]["ttft_mean"]), pct(e["validate"]["e2e_mean"]),
                      pct(e["validate"]["ttft_mean"]), pct(e["test"]["e2e_mean"]),
                      pct(e["test"]["ttft_mean"])])
     print(f"run {rid}, generation {rows[0].generation}: {len(rows)} frontier programs "
           "(mean APE per split; closed-loop stage slices, or teacher forced per the run's "
           "fit.fitness)")
-    print(table(headers, body, right=range(2, 10)))
+    print(table(headers, body, right=range(2, 11)))
     print(f"* {rule}")
     return 0

@@ -19,6 +19,7 @@ from evolve.language import Program
 from evolve.search.context import Scored
 from evolve.search.grid import Elite, Grid
 from evolve.search.pareto import Frontier
+from evolve.search.selection import champion
 from evolve.search.state import LoopState, evaluation_row, registers_fingerprint
 
 
@@ -33,7 +34,12 @@ class Books:
         return Grid(tuple(self.cfg.search.complexity_edges))
 
     def frontier(self) -> Frontier:
-        return Frontier.from_elites(self.state.grid.elites(), self.cfg.search.pick_tolerance)
+        return Frontier.from_elites(self.state.grid.elites(), self.cfg.search.pick_tolerance,
+                                    self.cfg.search.pick_rule)
+
+    def champion(self) -> Elite | None:
+        """The elite chosen with the validate split in view (``evolve.search.selection``)."""
+        return champion(self.state.grid.elites(), self.cfg.search.pick_tolerance)
 
     def register(self, prog: Program, g: int) -> None:
         """Mark a parsed program as seen; it claims its fingerprint per the state's rule."""
@@ -50,7 +56,7 @@ class Books:
         if res.ok:
             self.state.remember(prog, res)
             self.state.grid.try_insert(Elite(prog.id, res.loss, prog.complexity,
-                                             len(prog.features), g))
+                                             len(prog.features), g, res.val_loss))
 
     def program_row(self, prog: Program | None, source: str, parents: Sequence[str],
                     operator: str, g: int, pid: str | None = None,

@@ -4,8 +4,12 @@ Fitness (``fit.fitness``): constants are always fitted teacher forced (fast), bu
 ``closed_loop`` (the default) the program is then *judged* closed loop: every run that is
 not queue-dominated is replaced by one slice per load stage (``Scenario.stage_slices``).
 :func:`make_context` builds those slices once per run. Queue-dominated runs (measured mean
-TTFT over 5 s: the overloaded reasoning runs) keep teacher-forced metrics; they are never
-in the default training split.
+TTFT over 5 s: the overloaded reasoning runs) cannot be cut into stage slices (their
+queues build up over the whole run); they are never in the default training split. In
+the validate split they are simulated whole, closed loop (~0.1 s each), because selection
+looks at them (``evolve.search.pareto``: the pick is made with the validate split in
+view) and teacher forcing cannot price a queue. In the test split they keep cheap
+teacher-forced metrics, stored for reporting only.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class RunContext:
     probe: np.ndarray | None = None  # float64[N_FEATURES, n] fingerprint steps
     slices: Evaluator | None = None  # closed-loop fitness: stage slices of sliceable runs
     slice_parent: dict[str, str] = field(default_factory=dict)  # slice name -> run name
+    full_runs: list[str] = field(default_factory=list)  # validate runs simulated whole
 
     @property
     def names(self) -> list[str]:
@@ -50,6 +55,7 @@ class Scored:
     loss: float = float("inf")
     n_evals: int = 0
     reason: str = ""  # empty if accepted
+    val_loss: float = float("nan")  # the same loss over the validate runs; nan: none
 
     @property
     def ok(self) -> bool:
@@ -68,6 +74,8 @@ def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunC
         for name in sorted(splits):
             sc = evaluator.by_name[name]
             if sc.measured.summary.get("ttft_mean", np.inf) >= QUEUE_DOMINATED_TTFT_S:
+                if splits[name] == "validate":
+                    ctx.full_runs.append(name)
                 continue
             for sl in sc.stage_slices(cfg.fit.slice_seconds, cfg.fit.slice_warmup_seconds):
                 slices.append(sl)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from evaluator.api import N_FEATURES
@@ -43,13 +43,18 @@ DEFAULT_QD_REF_LOSS = 1.0
 
 @dataclass(frozen=True)
 class Elite:
-    """One archived, fitted program as the search sees it (training loss only)."""
+    """One archived, fitted program as the search sees it.
+
+    ``loss`` (training) decides cells and the frontier; ``val_loss`` (the validate split,
+    nan without one) is read only by the pick and the champion (``evolve.search.selection``).
+    """
 
     program_id: str
     loss: float
     complexity: int
     n_features: int
     generation: int
+    val_loss: float = field(default=math.nan, compare=False)
 
     def key(self) -> tuple[float, str, int]:
         """Total order used inside a cell: lower is better."""

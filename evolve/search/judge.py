@@ -32,7 +32,7 @@ def score_program(ctx: RunContext, program: Program,
                   groups: dict[str, dict[str, float]]) -> Scored:
     """Teacher-forced metrics of ``program`` with fixed constants on every scenario."""
     ev = ctx.evaluator
-    sliced = set(ctx.slice_parent.values())
+    sliced = set(ctx.slice_parent.values()) | set(ctx.full_runs)
     forced = [n for n in ctx.names if n not in sliced]
     try:
         model = step_model(program)
@@ -46,12 +46,17 @@ def score_program(ctx: RunContext, program: Program,
             for sname, res in sims.items():
                 res.metrics.split = ctx.splits[ctx.slice_parent[sname]]
                 runs[sname] = res.metrics
+        if ctx.full_runs:
+            for name, res in ev.simulate(model, consts, names=ctx.full_runs).items():
+                res.metrics.split = ctx.splits[name]
+                runs[name] = res.metrics
     except (ArithmeticError, ValueError, KeyError) as exc:
         return Scored(groups, reason=f"scoring failed: {type(exc).__name__}: {exc}")
     metrics: dict[str, dict[str, Any]] = {}
     for name in sorted(runs):
         d = runs[name].to_dict()
-        d["mode"] = "closed_loop_slice" if name in ctx.slice_parent else "teacher_forced"
+        d["mode"] = ("closed_loop_slice" if name in ctx.slice_parent else
+                     "closed_loop" if name in ctx.full_runs else "teacher_forced")
         metrics[name] = d
     train = sorted(n for n, m in runs.items() if m.split == "train")
     train_loss = loss(runs, train)
@@ -60,7 +65,9 @@ def score_program(ctx: RunContext, program: Program,
         bad = [n for n in train if not runs[n].valid]
         reason = (f"invalid on {bad[0]}: {runs[bad[0]].reason}" if bad else
                   "non-finite training loss")
-    return Scored(groups, metrics, float(train_loss), 0, reason)
+    val = sorted(n for n, m in runs.items() if m.split == "validate")
+    val_loss = loss(runs, val) if val else float("nan")
+    return Scored(groups, metrics, float(train_loss), 0, reason, float(val_loss))
 
 
 def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:

@@ -33,6 +33,7 @@ from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from evolve.search.grid import Elite
 
 DEFAULT_TOLERANCE = 1.5
+PICK_RULES = ("validate", "pysr")
 _TINY_LOSS = 1e-300  # log(0) guard for the frontier score
 
 
@@ -101,21 +102,33 @@ class Frontier:
     whose loss is strictly lower than every simpler member's. So there is at most one
     member per complexity, and among elites with identical objectives the smallest id.
 
-    Pick rule (PySR's "best", adapted): ``score_0 = 0`` and, for consecutive members,
-    ``score_i = -(log loss_i - log loss_{i-1}) / (complexity_i - complexity_{i-1})``, the
-    relative loss bought per unit of complexity. Among members with
-    ``loss <= tolerance * min frontier loss``, pick the highest score; ties go to the
-    simpler member. With one such member, that is the most accurate program.
+    Pick rules. Both first keep the *eligible* members, ``loss <= tolerance * min
+    frontier loss`` (PySR's guard against trading much accuracy for simplicity).
+
+    * ``"validate"`` (default): the eligible member with the lowest validate loss (ties:
+      lower training loss, then simpler). Why: the training runs cannot tell a program that
+      prices long contexts from one that does not; the validate split can, and it is held
+      out of every fit. Without finite validate losses this falls back to ``"pysr"``.
+    * ``"pysr"`` (PySR's "best", adapted): ``score_0 = 0`` and, for consecutive members,
+      ``score_i = -(log loss_i - log loss_{i-1}) / (complexity_i - complexity_{i-1})``, the
+      relative loss bought per unit of complexity; the eligible member with the highest
+      score, ties to the simpler. With one eligible member, the most accurate program.
+
+    The test split is never read by either rule.
     """
 
     members: tuple[Elite, ...]
     tolerance: float = DEFAULT_TOLERANCE
+    pick_rule: str = "validate"
 
     @classmethod
-    def from_elites(cls, elites: Iterable[Elite],
-                    tolerance: float = DEFAULT_TOLERANCE) -> Frontier:
+    def from_elites(cls, elites: Iterable[Elite], tolerance: float = DEFAULT_TOLERANCE,
+                    pick_rule: str = "validate") -> Frontier:
         if not tolerance >= 1.0:
             raise ValueError(f"tolerance must be >= 1, got {tolerance}")
+        if pick_rule not in PICK_RULES:
+            raise ValueError(f"pick rule must be one of {', '.join(PICK_RULES)}, "
+                             f"got {pick_rule!r}")
         ordered = sorted((e for e in elites if math.isfinite(e.loss)),
                          key=lambda e: (e.complexity, e.loss, e.program_id, e.generation))
         members: list[Elite] = []
@@ -124,7 +137,7 @@ class Frontier:
             # the same complexity can never pass this test.
             if not members or e.loss < members[-1].loss:
                 members.append(e)
-        return cls(tuple(members), float(tolerance))
+        return cls(tuple(members), float(tolerance), pick_rule)
 
     def __len__(self) -> int:
         return len(self.members)
@@ -148,15 +161,25 @@ class Frontier:
     @property
     def rule(self) -> str:
         """The pick rule in one sentence, with this frontier's tolerance."""
-        return (f"pick = highest score -dlog(loss)/dcomplexity between consecutive frontier "
-                f"members, among members with loss <= {self.tolerance:g} x the lowest "
-                f"frontier loss (ties: simpler; PySR 'best' rule)")
+        pysr = (f"highest score -dlog(loss)/dcomplexity between consecutive frontier "
+                f"members, among members with training loss <= {self.tolerance:g} x the "
+                f"lowest (ties: simpler; PySR 'best' rule)")
+        if self.pick_rule == "pysr":
+            return f"pick = {pysr}"
+        return (f"pick = lowest validate loss among frontier members with training loss <= "
+                f"{self.tolerance:g} x the lowest (ties: lower training loss, simpler); "
+                f"without validate runs, {pysr}")
 
     def pick(self) -> Elite | None:
         """The member chosen by :attr:`rule`, or None for an empty frontier."""
         if not self.members:
             return None
         limit = self.tolerance * min(e.loss for e in self.members)
+        eligible = [e for e in self.members if e.loss <= limit]
+        if self.pick_rule == "validate" and any(not math.isnan(e.val_loss) for e in eligible):
+            return min(eligible, key=lambda e: (
+                e.val_loss if not math.isnan(e.val_loss) else math.inf, e.loss,
+                e.complexity, e.program_id))
         scores = self.scores
         best: int | None = None
         for i, e in enumerate(self.members):

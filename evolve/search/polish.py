@@ -4,11 +4,14 @@ Why: teacher-forced constants are a good start but not the closed-loop optimum; 
 the stage slices (:func:`evolve.fitting.closed_loop_fit`) finds it, at ~1000x the cost of
 a teacher-forced evaluation. So it is spent on the seeds (generation 0) and on the pick
 and the champion (last generation) only. A polished evaluation is kept only if it beats
-the program's current loss, so the grid stays consistent.
+the program's current training loss (so the grid stays consistent) without worsening its
+validate loss by more than ``VAL_SLACK``: a refit on short-context training slices must
+not buy training loss with the held-out accuracy the pick was chosen for.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from evolve.closed_fit import closed_loop_fit
@@ -19,6 +22,9 @@ from evolve.search.context import RunContext, Scored
 from evolve.search.grid import Elite
 from evolve.search.judge import score_program
 from evolve.search.rng import child_seed
+
+# A closed-loop refit may worsen the validate loss by at most this fraction.
+VAL_SLACK = 0.02
 
 
 def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals: int,
@@ -33,7 +39,9 @@ def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals
                           warmup_s=cfg.fit.slice_warmup_seconds)
     out = score_program(ctx, prog, fit.groups)
     out.n_evals = res.n_evals + fit.n_evals
-    return out if out.ok and out.loss < res.loss else res
+    # a refit on the training slices must not buy training loss with held-out accuracy
+    held = math.isnan(res.val_loss) or out.val_loss <= res.val_loss * (1.0 + VAL_SLACK)
+    return out if out.ok and out.loss < res.loss and held else res
 
 
 def polish(books: Books, ctx: RunContext, cfg: Config, g: int, log: Any) -> list[Any]:
@@ -42,13 +50,13 @@ def polish(books: Books, ctx: RunContext, cfg: Config, g: int, log: Any) -> list
     if ctx.slices is None:
         return []
     targets: list[Elite] = []
-    for e in (books.frontier().pick(), st.grid.best()):
+    for e in (books.frontier().pick(), books.champion()):
         if e is not None and e.program_id not in [t.program_id for t in targets]:
             targets.append(e)
     rows: list[Any] = []
     for i, e in enumerate(targets):
         info = st.info[e.program_id]
-        current = Scored(info.groups, info.metrics, info.loss)
+        current = Scored(info.groups, info.metrics, info.loss, val_loss=info.val_loss)
         res = closed_refit(ctx, cfg, info.program, current, cfg.fit.polish_evals,
                            10_000 + i, g)
         if res is not current:

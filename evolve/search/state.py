@@ -10,6 +10,7 @@ the order they were first produced (``programs`` by ``(generation, seq)``, evalu
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from evolve.language import Program
 from evolve.search.context import Scored
 from evolve.search.grid import Elite, Grid
 from evolve.search.pareto import Frontier
+from evolve.search.selection import split_loss
 
 
 def source_id(text: str) -> str:
@@ -37,6 +39,7 @@ class EliteInfo:
     groups: dict[str, dict[str, float]]
     metrics: dict[str, dict[str, Any]]
     loss: float
+    val_loss: float = math.nan
 
 
 @dataclass
@@ -63,7 +66,8 @@ class LoopState:
         return self._seq[key]
 
     def remember(self, prog: Program, res: Scored) -> None:
-        self.info[prog.id] = EliteInfo(prog, res.groups or {}, res.metrics, res.loss)
+        self.info[prog.id] = EliteInfo(prog, res.groups or {}, res.metrics, res.loss,
+                                       res.val_loss)
 
     def llm_rows(self, run_id: int, generation: int, proposals: Sequence[Any]) -> list[LLMCall]:
         """``llm_calls`` rows of a generation's proposals (one per distinct call), counted
@@ -146,14 +150,15 @@ def load_state(archive: Archive, run_id: int, grid: Grid, cfg: Config,
     for c in archive.grid(run_id, g_done):
         a, b = (int(x) for x in c.cell.split(","))
         cell = (a, b)
-        cells.append((cell, Elite(c.program_id, c.loss, c.complexity, c.n_features,
-                                  c.elite_generation)))
         ev = latest.get(c.program_id)
+        val = split_loss(ev.metrics, "validate") if ev is not None else math.nan
+        cells.append((cell, Elite(c.program_id, c.loss, c.complexity, c.n_features,
+                                  c.elite_generation, val)))
         if ev is None or ev.loss != c.loss:
             raise ArchiveError(f"run {run_id}: grid elite {c.program_id[:12]} has no matching "
                                "accepted evaluation")
         st.info[c.program_id] = EliteInfo(program(c.program_id), ev.constants, ev.metrics,
-                                          ev.loss)
+                                          ev.loss, val)
     st.grid = type(grid).from_cells(cells, grid.complexity_edges, grid.max_features)
     st.corpus_rows = archive.corpus_versions(run_id)
     if not st.corpus_rows:
