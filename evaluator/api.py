@@ -26,11 +26,30 @@ from evaluator.model import ConstMap, StepModel
 from evaluator.scenarios import DataError, Scenario, data_dir, load_scenarios
 from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
 from evaluator.simulator import SimResult, simulate
+from evaluator.synthetic import ProbeBatches, probe_batches
 
 __all__ = [
-    "FEATURES", "FEATURE_INDEX", "FEATURE_NAMES", "N_FEATURES", "PEAK_FLOPS", "ConstMap",
-    "Corpus", "DataError", "Evaluator", "FitSet", "RunMetrics", "Scenario", "SimResult",
-    "StepModel", "baseline_models", "data_dir", "load_scenarios", "loss", "request_latencies",
+    "FEATURES",
+    "FEATURE_INDEX",
+    "FEATURE_NAMES",
+    "N_FEATURES",
+    "PEAK_FLOPS",
+    "ConstMap",
+    "Corpus",
+    "DataError",
+    "Evaluator",
+    "FitSet",
+    "ProbeBatches",
+    "RunMetrics",
+    "Scenario",
+    "SimResult",
+    "StepModel",
+    "baseline_models",
+    "data_dir",
+    "load_scenarios",
+    "loss",
+    "probe_batches",
+    "request_latencies",
 ]
 
 

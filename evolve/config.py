@@ -75,6 +75,10 @@ class SearchSection:
         metadata={"doc": "MAP-Elites complexity bin edges (bin j = [e_j, e_j+1))"})
     pick_tolerance: float = _doc(
         1.5, "frontier pick considers members with loss <= this x the lowest frontier loss")
+    physics: str = _doc(
+        "reject", "physics check of every fitted program on synthetic batches (positive, "
+        "non-decreasing in context and tokens, no faster than the hardware floor at long "
+        "contexts): reject | off", choices=("reject", "off"))
     pick_rule: str = _doc(
         "validate", "frontier pick: validate (lowest validate loss among eligible members) "
         "| pysr (PySR's score rule, training loss only)", choices=("validate", "pysr"))

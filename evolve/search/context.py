@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluator.api import Evaluator
+from evaluator.api import Evaluator, ProbeBatches, probe_batches
 
 
 @dataclass
@@ -36,6 +36,7 @@ class RunContext:
     slices: Evaluator | None = None  # closed-loop fitness: stage slices of sliceable runs
     slice_parent: dict[str, str] = field(default_factory=dict)  # slice name -> run name
     full_runs: list[str] = field(default_factory=list)  # validate runs simulated whole
+    probes: dict[str, ProbeBatches] = field(default_factory=dict)  # model -> physics probe
 
     @property
     def names(self) -> list[str]:
@@ -69,6 +70,11 @@ def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunC
     """The run context of a config: fitting knobs and, for closed-loop fitness, the slices."""
     ctx = RunContext(evaluator, dict(splits), cfg.fit.scope, cfg.fit.window_steps,
                      cfg.fit.max_evals, cfg.fit.restarts)
+    if cfg.search.physics == "reject":
+        for name in sorted(splits):
+            sc = evaluator.by_name[name]
+            if sc.model not in ctx.probes:
+                ctx.probes[sc.model] = probe_batches(sc)
     if cfg.fit.fitness == "closed_loop":
         slices = []
         for name in sorted(splits):

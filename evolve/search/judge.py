@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from evaluator.api import loss
+from evolve import physics
 from evolve.codegen import step_model
 from evolve.fitting import const_map, fit_program
 from evolve.language import Program
@@ -65,6 +66,11 @@ def score_program(ctx: RunContext, program: Program,
         bad = [n for n in train if not runs[n].valid]
         reason = (f"invalid on {bad[0]}: {runs[bad[0]].reason}" if bad else
                   "non-finite training loss")
+    if not reason and ctx.probes:
+        first = {}
+        for name in ctx.names:
+            first.setdefault(ev.by_name[name].model, consts[name])
+        reason = physics.check(model, first, ctx.probes) or ""
     val = sorted(n for n, m in runs.items() if m.split == "validate")
     val_loss = loss(runs, val) if val else float("nan")
     return Scored(groups, metrics, float(train_loss), 0, reason, float(val_loss))
