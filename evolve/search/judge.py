@@ -22,6 +22,7 @@ from evolve.codegen import step_model
 from evolve.fitting import const_map, fit_program
 from evolve.language import Program
 from evolve.search.context import RunContext, Scored
+from evolve.search.selection import split_loss
 
 
 def _clean(groups: Any) -> dict[str, dict[str, float]]:
@@ -71,9 +72,8 @@ def score_program(ctx: RunContext, program: Program,
         for name in ctx.names:
             first.setdefault(ev.by_name[name].model, consts[name])
         reason = physics.check(model, first, ctx.probes) or ""
-    val = sorted(n for n, m in runs.items() if m.split == "validate")
-    val_loss = loss(runs, val) if val else float("nan")
-    return Scored(groups, metrics, float(train_loss), 0, reason, float(val_loss))
+    return Scored(groups, metrics, float(train_loss), 0, reason,
+                  split_loss(metrics, "validate"))
 
 
 def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:

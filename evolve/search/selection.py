@@ -7,8 +7,12 @@ overloaded reasoning runs. The validate split (Mixtral reasoning, CodeLlama code
 roleplay in the bundled data) holds exactly the runs that can tell them apart, so
 selection reads it; the test split is never read by any decision.
 
-* :func:`split_loss` recomputes ``evaluator.api.loss`` (RMS over runs of the mean-E2E and
-  mean-TTFT APEs) from stored metric dicts, for any split.
+* :func:`split_loss`, the held-out loss, from stored metric dicts: RMS over the split's
+  runs (or slices) of the mean-E2E, mean-TTFT and decode-interval APEs, plus the
+  failure-count error where at least ``MIN_FAILURES`` requests failed. Richer than the
+  training loss (``evaluator.api.loss``: mean E2E and TTFT), because on an overloaded
+  long-context run E2E and TTFT are dominated by the queue and the client timeout, and a
+  model can match them with the wrong decode speed and the wrong number of timeouts.
 * :func:`champion`: among the grid's elites whose training loss is within ``tolerance`` of
   the best, the lowest *selection loss* ``sqrt((train^2 + validate^2) / 2)``; without
   validate runs, the best training loss. The pick is chosen by
@@ -23,19 +27,25 @@ from typing import Any
 
 from evolve.search.grid import Elite
 
+MIN_FAILURES = 100.0
+KEYS = ("e2e_mean", "ttft_mean", "itl_mean")
+
 
 def split_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str) -> float:
-    """The loss over the stored runs/slices of ``split``; nan if there are none, inf if
-    any is invalid."""
+    """The held-out loss over the stored runs/slices of ``split`` (module docstring); nan
+    if there are none, inf if any is invalid."""
     rows = [m for _n, m in sorted((metrics or {}).items()) if m.get("split") == split]
     if not rows:
         return math.nan
     acc = 0.0
     for m in rows:
         ape = m.get("ape") or {}
-        if not m.get("valid") or "e2e_mean" not in ape or "ttft_mean" not in ape:
+        if not m.get("valid") or any(k not in ape for k in KEYS):
             return math.inf
-        acc += (float(ape["e2e_mean"]) ** 2 + float(ape["ttft_mean"]) ** 2) / 2.0
+        terms = [float(ape[k]) for k in KEYS]
+        if float((m.get("meas") or {}).get("failures", 0.0)) >= MIN_FAILURES:
+            terms.append(float(ape.get("failures", math.inf)))
+        acc += sum(t * t for t in terms) / len(terms)
     return math.sqrt(acc / len(rows))
 
 

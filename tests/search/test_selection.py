@@ -16,15 +16,23 @@ def _e(pid: str, loss: float, cx: int, val: float = math.nan) -> Elite:
                  val_loss=val)
 
 
-def _m(split: str, e2e: float, ttft: float, valid: bool = True) -> dict:
-    return {"split": split, "valid": valid, "ape": {"e2e_mean": e2e, "ttft_mean": ttft}}
+def _m(split: str, e2e: float, ttft: float, itl: float = 0.0, valid: bool = True,
+       failed: float = 0.0, failures_ape: float = 0.0) -> dict:
+    return {"split": split, "valid": valid, "meas": {"failures": failed},
+            "ape": {"e2e_mean": e2e, "ttft_mean": ttft, "itl_mean": itl,
+                    "failures": failures_ape}}
 
 
-def test_split_loss_is_the_evaluator_loss_per_split():
-    metrics = {"a": _m("train", 0.1, 0.3), "b": _m("validate", 0.2, 0.0),
-               "c": _m("validate", 0.0, 0.4), "d": _m("test", 9.0, 9.0)}
-    assert split_loss(metrics, "train") == pytest.approx(math.sqrt((0.01 + 0.09) / 2))
-    assert split_loss(metrics, "validate") == pytest.approx(math.sqrt((0.04 / 2 + 0.16 / 2) / 2))
+def test_split_loss_over_e2e_ttft_decode_and_many_failures():
+    metrics = {"a": _m("train", 0.1, 0.3, 0.2), "b": _m("validate", 0.2, 0.0, 0.1),
+               "c": _m("validate", 0.0, 0.4, 0.0, failed=3294, failures_ape=0.5),
+               "d": _m("test", 9.0, 9.0, 9.0)}
+    assert split_loss(metrics, "train") == pytest.approx(math.sqrt((0.01 + 0.09 + 0.04) / 3))
+    want = math.sqrt(((0.04 + 0.01) / 3 + (0.16 + 0.25) / 4) / 2)
+    assert split_loss(metrics, "validate") == pytest.approx(want)
+    # fewer than 100 measured failures: the failure count is not a term
+    metrics["c"] = _m("validate", 0.0, 0.4, failed=4, failures_ape=297.0)
+    assert split_loss(metrics, "validate") == pytest.approx(math.sqrt((0.05 / 3 + 0.16 / 3) / 2))
     assert math.isnan(split_loss(metrics, "nothing"))
     assert math.isnan(split_loss(None, "train"))
     metrics["c"] = _m("validate", 0.0, 0.4, valid=False)
