@@ -1,0 +1,114 @@
+"""Regenerate the README's results: the pick, the seed study and the held-out tables.
+
+Usage::
+
+    python scripts/results.py [--seeds 7 1 2 3 4] [--generations 60] [--jobs 2]
+                              [--out runs/results] [--readme README.md] [--config F]
+
+Runs (or reuses, from ``--out``) one ``evolve run`` per seed, validates each seed's pick
+closed loop on all 16 runs, runs ``evolve baselines``, and ``evolve generalize`` (LOMO and
+LOWO) on the first seed's pick; then rewrites the README between the markers
+``<!-- results:begin -->`` and ``<!-- results:end -->``, with the picked program's source
+printed above the tables. Nothing in the tables is typed by hand; delete ``--out`` to
+recompute everything. Every command is the public CLI, so the figures are what a user gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_render import render
+
+
+def cli(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "evolve.cli", *args], check=False,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"evolve {' '.join(args)} failed:\n{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def cached(path: Path, make: Any) -> Any:
+    """JSON at ``path``, computed by ``make()`` once."""
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(make(), indent=1, sort_keys=True))
+        tmp.replace(path)
+    return json.loads(path.read_text())
+
+
+def one_seed(seed: int, args: argparse.Namespace, workers: int) -> dict[str, Any]:
+    out = Path(args.out)
+    db = out / f"seed-{seed}.db"
+    extra = ["--config", args.config] if args.config else []
+
+    def search() -> dict[str, Any]:
+        if db.exists():
+            db.unlink()
+        cli("run", *extra, "--generations", str(args.generations), "--seed", str(seed),
+            "--archive", str(db), "--workers", str(workers), "--no-progress")
+        front = json.loads(cli("frontier", "--archive", str(db), "--json"))
+        pick = next(m["id"] for m in front["members"] if m.get("picked"))
+        show = json.loads(cli("show", pick, "--archive", str(db), "--json"))
+        return {"seed": seed, "pick": pick, "frontier": front, "source": show["source"]}
+
+    run = cached(out / f"seed-{seed}.run.json", search)
+    val = cached(out / f"seed-{seed}.validate.json", lambda: json.loads(cli(
+        "validate", run["pick"], "--archive", str(db), "--no-plots", "--json")))
+    print(f"seed {seed}: pick {run['pick'][:12]}", file=sys.stderr, flush=True)
+    return {**run, "validate": val}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[7, 1, 2, 3, 4])
+    ap.add_argument("--generations", type=int, default=60)
+    ap.add_argument("--jobs", type=int, default=2, help="seeds searched at once")
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--out", default="runs/results")
+    ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--no-heldout", action="store_true", help="skip LOMO/LOWO")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = max(1, min(args.jobs, len(args.seeds)))
+    workers = max(1, 2 // jobs)
+    with ThreadPoolExecutor(jobs) as pool:
+        seeds = list(pool.map(lambda s: one_seed(s, args, workers), args.seeds))
+    first = seeds[0]
+    db = str(out / f"seed-{first['seed']}.db")
+    base = cached(out / "baselines.json", lambda: json.loads(cli("baselines", "--json")))
+    held: dict[str, Any] = {}
+    if not args.no_heldout:
+        for mode in ("lomo", "lowo"):
+            held[mode] = cached(out / f"{mode}.json", lambda m=mode: json.loads(cli(
+                "generalize", first["pick"], "--archive", db, "--mode", m, "--json")))
+    text = render(seeds, base, held, args)
+    readme = Path(args.readme)
+    body = readme.read_text()
+    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
+    if begin not in body or end not in body:
+        raise SystemExit(f"{readme}: markers {begin} / {end} not found")
+    head, rest = body.split(begin, 1)
+    _old, tail = rest.split(end, 1)
+    readme.write_text(head + begin + "\n" + text + "\n" + end + tail)
+    (out / "summary.json").write_text(json.dumps(
+        {"seeds": [s["seed"] for s in seeds], "picks": [s["pick"] for s in seeds],
+         "median_e2e": {n: float(np.median([100 * s["validate"]["runs"][n]["ape"]["e2e_mean"]
+                                            for s in seeds]))
+                        for n in sorted(first["validate"]["runs"])}}, indent=1))
+    print(f"wrote {readme}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
