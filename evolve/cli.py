@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                    "leave-one-model/workload-out: fit on the rest, validate held out"),
     "export-go": ("evolve.commands.export_go", "translate a program to a BLIS Go model"),
     "llm-check": ("evolve.commands.llm_check", "send one tiny request to an LLM endpoint"),
+    "report": ("evolve.commands.report", "write a static HTML report of a run"),
 }
 
 

@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wall-time", type=float, metavar="S",
                         help="stop cleanly after the first complete generation past S seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--report", metavar="DIR",
+                        help="write an HTML report of the run to DIR, updated every generation")
     llm = parser.add_argument_group("LLM operator")
     llm.add_argument("--llm", metavar="MODEL", help="use the LLM operator with this model")
     llm.add_argument("--llm-base-url", metavar="URL", help="OpenAI-compatible base URL")
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         if args.print_config:
             sys.stdout.write(to_toml(cfg))
             return 0
-        return _execute(cfg, None)
+        return _execute(cfg, None, args.report)
 
     from evolve.archive import Archive
 
@@ -102,10 +104,10 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(to_toml(cfg))
         return 0
-    return _execute(cfg, args.resume)
+    return _execute(cfg, args.resume, args.report)
 
 
-def _execute(cfg: Config, resume: int | None) -> int:
+def _execute(cfg: Config, resume: int | None, report: str | None = None) -> int:
     from evaluator.api import data_dir
     from evolve.archive import Archive
     from evolve.reporting import num, short
@@ -120,7 +122,13 @@ def _execute(cfg: Config, resume: int | None) -> int:
         search = Search(cfg, archive, run_id=resume)
         print(f"run {search.run_id}" + (" (resumed)" if resume is not None else "")
               + f" -> {cfg.run.archive}", flush=True)
-        s = search.run()
+        if report:  # evolve.report reads the archive in a thread; the search never sees it
+            from evolve.report import LiveReport
+
+            with LiveReport(cfg.run.archive, search.run_id, report):
+                s = search.run()
+        else:
+            s = search.run()
     print(f"run {s.run_id}: {s.status} after generation {s.generations_done}; "
           f"{s.evaluations} children fitted in {s.elapsed_s:.0f} s; best {short(s.best_id)} "
           f"loss {num(s.best_loss)}; pick {short(s.pick_id)}", flush=True)

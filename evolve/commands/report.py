@@ -1,0 +1,51 @@
+"""``evolve report [RUN] --out DIR``: write a static HTML report of a run (offline, no CDN).
+
+``--watch`` keeps regenerating it as the run commits generations (open ``DIR/index.html``
+and reload), and returns when the run is no longer running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "write a static HTML report of a run (frontier, programs, lineage, LLM log)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", nargs="?", type=int, metavar="RUN",
+                        help="run id (default: the latest)")
+    parser.add_argument("--archive", default="archive.db", metavar="F", help="archive file")
+    parser.add_argument("--out", default="runs/report", metavar="DIR",
+                        help="output directory (default runs/report)")
+    parser.add_argument("--watch", action="store_true",
+                        help="regenerate after every generation until the run stops")
+    parser.add_argument("--interval", type=float, default=2.0, metavar="S",
+                        help="--watch: seconds between checks of the archive")
+    parser.add_argument("--cassette", metavar="F",
+                        help="LLM cassette to show prompts from (default: the run's own)")
+    parser.add_argument("--validate-dir", metavar="DIR",
+                        help="embed the PNG plots `evolve validate --out DIR` wrote")
+
+
+def run(args: argparse.Namespace) -> int:
+    from evolve.errors import UserError
+    from evolve.report import Options, Written, watch, write_report
+
+    if not Path(args.archive).exists():
+        raise UserError(f"{args.archive}: archive not found (run `evolve run` first)")
+    if args.interval <= 0:
+        raise UserError("--interval must be positive")
+    opts = Options(cassette=args.cassette, validate_dir=args.validate_dir)
+    index = Path(args.out) / "index.html"
+
+    def say(w: Written) -> None:
+        print(f"wrote {index} (generation {w.generation}; {w.changed} of {w.pages} pages "
+              "changed)", file=sys.stderr, flush=True)
+
+    if args.watch:
+        watch(args.archive, args.out, args.run, opts, args.interval, lambda: False, say)
+        return 0
+    say(write_report(args.archive, args.out, args.run, opts))
+    return 0

@@ -1,0 +1,65 @@
+"""Page 2, the frontier: every evaluated program on loss vs complexity, the frontier and
+the pick highlighted, training and validate loss side by side.
+
+Why both losses: the frontier is built on training loss, but the pick (rule ``validate``)
+reads the validate split; seeing a program sit low on the left chart and high on the right
+one is how a reader spots a training-set fit that does not transfer. Test-split numbers
+never appear here (they are on the program pages, labelled as test).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evolve.report.data import RunData
+from evolve.report.pick import MemberWhy, champion, explain, pick_rule, tolerance
+
+
+@dataclass
+class ScatterPoint:
+    """One evaluated program: complexity and both losses, and its role."""
+
+    program_id: str
+    complexity: int
+    train_loss: float
+    val_loss: float
+    generation: int
+    operator: str
+    on_frontier: bool
+    pick: bool
+    champion: bool
+
+
+@dataclass
+class FrontierPage:
+    points: list[ScatterPoint]
+    members: list[MemberWhy]
+    why: str
+    rule: str
+    tolerance: float
+    generation: int | None
+    pick_id: str | None
+    champion_id: str | None
+
+    @property
+    def frontier_points(self) -> list[ScatterPoint]:
+        return [p for p in self.points if p.on_frontier]
+
+
+def build_frontier(data: RunData) -> FrontierPage:
+    """One point per program with an accepted evaluation; frontier members at their
+    frontier coordinates (the loss the frontier was built on)."""
+    members, why = explain(data)
+    front = {r.program_id: r for r in data.frontier()}
+    pick, champ = data.pick_id(), champion(data)
+    points = []
+    for p in data.programs.values():
+        f = front.get(p.id)
+        if f is None and (not p.accepted or p.complexity is None):
+            continue
+        points.append(ScatterPoint(
+            p.id, f.complexity if f else int(p.complexity or 0),
+            f.loss if f else p.train_loss, p.val_loss, p.generation, p.operator,
+            f is not None, p.id == pick, p.id == champ))
+    return FrontierPage(points, members, why, pick_rule(data), tolerance(data),
+                        data.last_generation, pick, champ)

@@ -1,0 +1,87 @@
+"""Page 6, validation: predicted vs measured for the pick and the champion, and the plots
+``evolve validate`` wrote.
+
+Two sources, and why both:
+
+* **Stored metrics** (always there): every accepted evaluation keeps predicted and measured
+  aggregates per run or stage slice (closed loop for training and validate runs,
+  teacher-forced for the cheap test runs). Predicted vs measured mean E2E and mean TTFT per
+  run comes straight from them, no simulation.
+* **``evolve validate`` PNGs** (``--validate-dir DIR``, default off): per-request E2E CDFs
+  need the simulated requests, which the archive does not keep; ``evolve validate ID --out
+  DIR`` simulates all 16 runs whole and writes ``pred_vs_measured.png`` and
+  ``e2e_cdfs.png``. The report embeds every PNG of DIR (base64, so the page stays one file).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+
+from evolve.report.data import RunData
+from evolve.report.pick import champion
+
+KEYS = (("e2e_mean", "mean E2E (s)"), ("ttft_mean", "mean TTFT (s)"))
+
+
+@dataclass
+class PredMeas:
+    """One run (or slice) of one program: measured and predicted value of one metric."""
+
+    program_id: str
+    role: str
+    run: str
+    split: str
+    mode: str
+    key: str
+    measured: float
+    predicted: float
+
+
+@dataclass
+class Image:
+    name: str
+    data_uri: str
+
+
+@dataclass
+class ValidationPage:
+    targets: list[tuple[str, str]]  # (role, program id)
+    points: list[PredMeas]
+    images: list[Image]
+    validate_dir: str | None
+
+
+def pred_vs_measured(data: RunData, pid: str, role: str) -> list[PredMeas]:
+    p = data.programs.get(pid)
+    out: list[PredMeas] = []
+    for name, m in sorted(((p.metrics if p else None) or {}).items()):
+        pred, meas = m.get("pred") or {}, m.get("meas") or {}
+        for key, _label in KEYS:
+            if key in pred and key in meas and m.get("valid", True):
+                out.append(PredMeas(pid, role, name, str(m.get("split", "")),
+                                    str(m.get("mode", "")), key, float(meas[key]),
+                                    float(pred[key])))
+    return out
+
+
+def load_images(directory: str | Path | None) -> list[Image]:
+    """Every PNG in ``directory`` as a data URI (sorted by name); [] if none."""
+    if not directory:
+        return []
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    return [Image(f.name, "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode())
+            for f in sorted(d.glob("*.png"))]
+
+
+def build_validation(data: RunData, validate_dir: str | Path | None = None) -> ValidationPage:
+    pick, champ = data.pick_id(), champion(data)
+    targets = [(r, pid) for r, pid in (("pick", pick), ("champion", champ)) if pid]
+    if len(targets) == 2 and targets[0][1] == targets[1][1]:
+        targets = [("pick and champion", targets[0][1])]
+    points = [pt for role, pid in targets for pt in pred_vs_measured(data, pid, role)]
+    return ValidationPage(targets, points, load_images(validate_dir),
+                          str(validate_dir) if validate_dir else None)
