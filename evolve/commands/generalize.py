@@ -37,8 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator
-    from evolve.closed_fit import closed_loop_fit
-    from evolve.fitting import const_map, fit_program
+    from evolve.fitting import closed_loop_fit, const_map, fit_program
 
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)

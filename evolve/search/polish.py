@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from evolve.closed_fit import closed_loop_fit
 from evolve.config import Config
+from evolve.fitting import closed_loop_fit
 from evolve.language import Program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored

@@ -1,18 +1,23 @@
-"""The fitting loss of one constant group, for a whole CMA-ES population at once.
+"""Teacher-forced fitting: the fitting loss of a constant group for a whole population.
 
 Why not call ``evaluator.score`` per candidate: it rebuilds per-run metrics (percentiles,
 dicts) and calls the program once per run; CMA-ES needs hundreds of evaluations. Here the
 fitting windows of the group's runs are concatenated once, the program is evaluated once
 per *population* (constants as ``C[n_const, P, 1]`` broadcast against ``F[N_FEATURES, n]``,
 a form :mod:`evolve.codegen` supports), and only the two means the loss needs are computed.
+That is exactly the population objective :func:`evolve.fitting.cmaes.minimize` takes.
 
 The model mirrors ``evaluator/score.py`` (``score_fit_set``, ``_lifetimes``, ``loss``): a
 request's TTFT is its fixed pre-admission time (corpus wait + queueing delay) plus the sum
 of the step times from its admission to its first token. Because that is linear in the step
 times, the per-run means are precomputed as weight vectors (see :class:`_Run`). The value
 equals ``loss(evaluator.score(model, consts, names), names)`` up to float rounding;
-``tests/test_fitting.py`` checks it to 1e-9. If the evaluator's scoring changes, that test
-fails and this module must follow.
+``tests/fitting/test_teacher_forced.py`` checks it to 1e-9. If the evaluator's scoring
+changes, that test fails and this module must follow. The reported ``FitResult.loss`` is
+recomputed through the evaluator's own scoring.
+
+Per-model and per-scenario groups are fitted by independent CMA-ES runs on each group's own
+training runs (the loss separates, so a joint fit would only be slower).
 """
 
 from __future__ import annotations
@@ -21,11 +26,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from evaluator.api import Evaluator, Scenario, StepModel
+from evaluator.api import Evaluator, FitSet, Scenario, StepModel, loss
+from evolve.codegen import step_model
+from evolve.fitting.bounds import Box, FitResult, const_map, group_key
+from evolve.fitting.cmaes import PENALTY, minimize
 from evolve.language import Program
 
 BLOCK = 80_000  # elements per vectorised block (candidates x steps)
-PENALTY = 1e6  # loss of invalid constants: large but finite (cma handles inf poorly)
+DEFAULT_MAX_EVALS = 1500
+DEFAULT_RESTARTS = 2
+SIGMA0 = 0.1  # initial step size in the normalised box (0.1 beat 0.2 and 0.3 on the seeds)
+# tighter than cma's defaults: a teacher-forced evaluation is cheap, precision is not
+TOLERANCES = {"tolfun": 1e-7, "tolx": 1e-6, "tolstagnation": 60}
 
 
 class _Run:
@@ -37,7 +49,7 @@ class _Run:
     cumsum and two gathers per candidate by two weighted sums.
     """
 
-    def __init__(self, sc: Scenario, fit, offset: int):
+    def __init__(self, sc: Scenario, fit: FitSet, offset: int) -> None:
         n = fit.features.shape[1]
         self.a, self.b = offset, offset + n
         n_req = fit.req_index.size
@@ -65,7 +77,7 @@ class GroupObjective:
     """``obj(X[P, n_const]) -> loss[P]`` on the fitting windows of ``scenarios``."""
 
     def __init__(self, program: Program, model: StepModel, evaluator: Evaluator,
-                 scenarios: Sequence[Scenario]):
+                 scenarios: Sequence[Scenario]) -> None:
         self.model = model
         self.post = program.post_decode_index
         self.otok = program.output_token_index
@@ -101,6 +113,8 @@ class GroupObjective:
         return T
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
+        """Loss of every row of ``X``; :data:`PENALTY` where the constants are invalid
+        (non-finite or non-positive step times, bad queueing delays)."""
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         P = X.shape[0]
         if self.always_invalid:
@@ -137,3 +151,57 @@ class GroupObjective:
             out = np.sqrt(acc / len(self.runs))
         ok &= np.isfinite(out)
         return np.where(ok, out, PENALTY)
+
+
+def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], scope: str,
+                seed: int, max_evals: int = DEFAULT_MAX_EVALS,
+                restarts: int = DEFAULT_RESTARTS) -> FitResult:
+    """Fit ``program``'s constants on the named scenarios' fitting windows.
+
+    ``max_evals`` and ``restarts`` are per constant group; group ``g``'s restart ``r``
+    draws from ``derived_seed(seed, g, r)``. The evaluator's corpora must have been
+    refreshed (``evaluator.refresh_corpora``) for every named scenario.
+    """
+    names = list(names)
+    if not names:
+        raise ValueError("fit_program needs at least one scenario name")
+    missing = [n for n in names if n not in evaluator.fit_sets]
+    if missing:
+        raise ValueError(f"no fitting corpus for {missing[0]!r}: refresh_corpora first")
+    model = step_model(program)
+    scenarios = [evaluator.by_name[n] for n in names]
+    members: dict[str, list[Scenario]] = {}
+    for sc in scenarios:
+        members.setdefault(group_key(sc, scope), []).append(sc)
+    box = Box(program)
+    init = program.init_vector()
+    groups: dict[str, dict[str, float]] = {}
+    g_status: dict[str, str] = {}
+    g_loss: dict[str, float] = {}
+    n_evals = 0
+    for g in sorted(members):
+        obj = GroupObjective(program, model, evaluator, members[g])
+        if program.n_constants == 0:
+            x, f, st, n = init, float(obj(init[None, :])[0]), "no_constants", 1
+        else:
+            m = minimize(obj, box, init, seed=seed, label=g, max_evals=max_evals,
+                         sigma0=SIGMA0, restarts=restarts, tolerances=TOLERANCES)
+            x, f, st, n = m.x, m.f, m.status, m.n_evals
+        groups[g] = {k: float(v) for k, v in zip(program.const_names, x, strict=True)}
+        g_status[g], g_loss[g] = st, (f if f < PENALTY else float("inf"))
+        n_evals += n
+    init_map = const_map(program, {}, scenarios, scope)
+    init_loss = loss(evaluator.score(model, init_map, names), names)
+    final = loss(evaluator.score(model, const_map(program, groups, scenarios, scope), names),
+                 names)
+    statuses = set(g_status.values())
+    if "no_constants" in statuses:
+        status = "no_constants"
+    elif "invalid" in statuses:
+        status = "invalid"
+    elif statuses == {"no_improvement"}:
+        status = "no_improvement"
+    else:
+        status = "ok"
+    return FitResult(groups=groups, loss=final, n_evals=n_evals, status=status,
+                     init_loss=init_loss, group_status=g_status, group_loss=g_loss)

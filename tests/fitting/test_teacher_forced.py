@@ -1,36 +1,20 @@
-"""CMA-ES fitting: the fast objective equals the evaluator's loss, fits are deterministic,
-reduce the loss, respect bounds and scopes, and survive programs with invalid outputs."""
+"""Teacher-forced fitting: the fast objective equals the evaluator's loss, fits are
+deterministic, reduce the loss, respect bounds and scopes, and survive programs with
+invalid outputs."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from fit_helpers import ALWAYS_INVALID, seed_program, slow_roofline
 
-from evaluator.api import Evaluator, loss
+from evaluator.api import loss
 from evolve.codegen import step_model
-from evolve.fit_objective import PENALTY, GroupObjective
-from evolve.fitting import Box, const_map, fit_program, group_key
-from evolve.language import parse_program
-
-SEEDS = Path(__file__).resolve().parents[1] / "seeds"
+from evolve.fitting import PENALTY, GroupObjective, const_map, fit_program, group_key
+from evolve.language import Program, parse_program
 
 
-def seed_program(name: str):
-    return parse_program((SEEDS / f"{name}.py").read_text())
-
-
-@pytest.fixture(scope="module")
-def refreshed(small_scenarios) -> Evaluator:
-    """The four 90-second runs, simulated once with the roofline seed's initial values."""
-    ev = Evaluator(small_scenarios)
-    p = seed_program("roofline")
-    ev.refresh_corpora(step_model(p), const_map(p, {}, ev.scenarios, "global"))
-    return ev
-
-
-def _random_constants(p, n: int, seed: int) -> np.ndarray:
+def _random_constants(p: Program, n: int, seed: int) -> np.ndarray:
     lo, hi = p.bounds()
     rng = np.random.default_rng(seed)
     return np.vstack([p.init_vector(), lo + rng.random((n, p.n_constants)) * (hi - lo)])
@@ -77,9 +61,7 @@ def test_fit_is_deterministic_and_reduces_loss(refreshed):
 
 
 def test_fit_recovers_from_poor_initial_constants(refreshed):
-    src = (SEEDS / "roofline.py").read_text().replace('"overhead_us": (3000.0,',
-                                                      '"overhead_us": (40000.0,')
-    p = parse_program(src)
+    p = slow_roofline()
     r = fit_program(p, refreshed, refreshed.names(), "global", seed=5, max_evals=400)
     assert r.init_loss > 1.0  # 40 ms of overhead per step is far too slow
     assert r.loss < 0.5 * r.init_loss
@@ -103,20 +85,12 @@ def test_scopes_fit_one_vector_per_group(refreshed, scope):
     assert r.loss < r.init_loss
 
 
-def test_unfitted_group_falls_back_to_initial_values(refreshed):
-    p = seed_program("linear")
-    cmap = const_map(p, {}, refreshed.scenarios, "per_model")
-    assert all(v.tolist() == p.init_vector().tolist() for v in cmap.values())
-    with pytest.raises(ValueError, match="unknown scope"):
-        group_key(refreshed.scenarios[0], "per_gpu")
-
-
 def test_program_that_is_always_invalid_reports_status(refreshed):
-    p = parse_program('CONSTANTS = {"a": (1.0, 0.0, 5.0)}\n'
-                      "def step_time(f, c):\n    return -c.a - f.tp\n")
+    p = parse_program(ALWAYS_INVALID)
     r = fit_program(p, refreshed, refreshed.names(), "global", seed=1, max_evals=60,
                     restarts=1)
     assert r.status == "invalid" and r.loss == float("inf")
+    assert r.group_loss == {"global": float("inf")}  # the penalty never leaks out
 
 
 def test_program_without_constants(refreshed):
@@ -127,13 +101,11 @@ def test_program_without_constants(refreshed):
     assert np.isfinite(r.loss) and r.loss == r.init_loss
 
 
-def test_box_uses_log_scale_for_wide_positive_ranges():
-    p = parse_program('CONSTANTS = {"a": (10.0, 1.0, 1000.0), "b": (0.5, 0.0, 1000.0),'
-                      ' "d": (5.0, 1.0, 50.0)}\n'
-                      "def step_time(f, c):\n    return c.a + c.b + c.d\n")
-    box = Box(p)
-    assert box.log.tolist() == [True, False, False]
-    u = box.to_unit(p.init_vector())
-    assert u[0] == pytest.approx(1 / 3)  # log10(10) between log10(1) and log10(1000)
-    np.testing.assert_allclose(box.from_unit(u), p.init_vector(), rtol=1e-12)
-    assert box.from_unit(np.array([2.0, -1.0, 0.5])).tolist() == [1000.0, 0.0, 25.5]
+def test_fit_needs_names_and_corpora(refreshed, small_scenarios):
+    from evaluator.api import Evaluator
+
+    p = seed_program("linear")
+    with pytest.raises(ValueError, match="at least one"):
+        fit_program(p, refreshed, [], "global", seed=1)
+    with pytest.raises(ValueError, match="refresh_corpora"):
+        fit_program(p, Evaluator(small_scenarios), [small_scenarios[0].name], "global", 1)

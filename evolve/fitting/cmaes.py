@@ -1,0 +1,116 @@
+"""The one CMA-ES driver both fits use, with one failure penalty and one restart policy.
+
+Why one driver: the teacher-forced fit (a vectorised loss, ~0.2 ms a candidate) and the
+closed-loop fit (a simulation, ~0.1-0.5 s a candidate) differ only in their objective and
+their knobs (step size, tolerances, budget, restarts, seed label). Everything that makes a
+fit reproducible and comparable is here once:
+
+* The objective is a *population* objective ``obj(X[P, n_const]) -> f[P]`` in constants
+  (the driver maps CMA-ES's unit coordinates through :class:`~evolve.fitting.bounds.Box`),
+  so a vectorised objective prices a whole generation in one pass and a per-candidate one
+  loops over the rows in order.
+* Invalid constants score :data:`PENALTY`: large but finite, since cma handles ``inf``
+  poorly; it only ranks candidates (CMA-ES uses the order of the values, not their size).
+  Callers report ``inf`` for a best value at or above it.
+* Determinism: random numbers come from a ``numpy.random.Generator`` seeded by
+  ``derived_seed(seed, label, restart)`` and handed to cma as its ``randn``; cma's own
+  seeding of the global numpy RNG is switched off (``seed=nan``). No wall clock enters any
+  decision.
+* Budget: ``max_evals`` counts the start point; a generation is always evaluated whole,
+  so the last one may overshoot the budget (it is accounted for in ``n_evals``).
+* Restarts only on failure (no valid point, or no improvement on the start), each with a
+  ``SIGMA_GROWTH`` times larger step size and a fresh stream, on the remaining budget.
+* Best point: the first index of a generation's minimum, taken only if strictly below the
+  best so far.
+* cma does not support one dimension: the driver pads with a coordinate the loss ignores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cma
+import numpy as np
+
+from evolve.fitting.bounds import Box, derived_seed
+
+PENALTY = 1e6  # loss of invalid constants: large but finite (cma handles inf poorly)
+SIGMA_GROWTH = 1.5  # step-size factor per restart: a failed start may sit in a flat region
+
+PopulationObjective = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Minimum:
+    """What one CMA-ES minimisation found.
+
+    ``status``: ``ok`` (beat the start with a valid point), ``no_improvement`` or
+    ``invalid`` (no valid point at all, ``f >= PENALTY``).
+    """
+
+    x: np.ndarray  # best constants (the start if nothing beat it)
+    f: float  # objective at ``x``
+    f0: float  # objective at the start
+    n_evals: int
+    status: str
+
+
+def _status(f: float, f0: float) -> str:
+    if f >= PENALTY:
+        return "invalid"
+    if f >= f0:
+        return "no_improvement"
+    return "ok"
+
+
+def minimize(obj: PopulationObjective, box: Box, start: np.ndarray, *, seed: int,
+             label: str, max_evals: int, sigma0: float, restarts: int = 0,
+             tolerances: Mapping[str, float] | None = None,
+             snap_start: bool = True) -> Minimum:
+    """Minimise ``obj`` over ``box`` from the constants ``start``.
+
+    ``tolerances`` are extra cma options (``tolfun``, ``tolx``, ...). ``snap_start``: the
+    start point is evaluated (and returned if nothing beats it) where the box maps it back
+    (True, the teacher-forced fit from a program's initial values), or exactly as given
+    (False, the closed-loop polish of constants already judged: a round trip through the
+    log map may move them by an ulp).
+    """
+    start = np.asarray(start, dtype=np.float64)
+    u0 = box.to_unit(start)
+    n = u0.shape[0]
+    x_start = box.from_unit(u0[None, :]) if snap_start else start[None, :]
+    f0 = float(obj(x_start)[0])
+    best_u: np.ndarray | None = None  # None: the start is still the best point
+    best_f, n_evals = f0, 1
+    budget = max(max_evals - 1, 0) if n else 0
+    for restart in range(restarts + 1):
+        if budget <= 0:
+            break
+        rng = np.random.default_rng(derived_seed(seed, label, restart))
+        opts: dict[str, Any] = {
+            "bounds": [0.0, 1.0], "maxfevals": budget, "seed": np.nan,
+            "randn": lambda lam, k, _rng=rng: _rng.standard_normal((lam, k)),
+            "verbose": -9, "verb_log": 0, "verb_disp": 0, **(tolerances or {})}
+        es = cma.CMAEvolutionStrategy(list(u0) + ([0.5] if n == 1 else []),
+                                      sigma0 * (SIGMA_GROWTH ** restart), opts)
+        while not es.stop():
+            sols = es.ask()
+            xs = np.asarray(sols)[:, :n]
+            fs = obj(box.from_unit(xs))
+            es.tell(sols, [float(f) for f in fs])
+            n_evals += len(xs)
+            budget -= len(xs)
+            i = int(np.argmin(fs))
+            if fs[i] < best_f:
+                best_u, best_f = xs[i].copy(), float(fs[i])
+            if budget <= 0:
+                break
+        if best_f < f0 and best_f < PENALTY:
+            break  # success: restart only on failure (no valid point, or no improvement)
+    if best_u is not None:
+        x = box.from_unit(best_u)
+    else:
+        x = box.from_unit(u0) if snap_start else start.copy()
+    return Minimum(x=x, f=best_f, f0=f0, n_evals=n_evals, status=_status(best_f, f0))
