@@ -102,8 +102,13 @@ class SearchSection:
 class FitSection:
     """Constant fitting (CMA-ES) of every accepted child on the training runs."""
 
-    scope: str = _doc("per_model", "constant scope: global | per_model | per_scenario",
-                      choices=("global", "per_model", "per_scenario"))
+    scope: str = _doc("per_model", "constant scope: global | per_model | per_scenario | "
+                      "pooled (per model, shrunk towards one global set; held-out models "
+                      "get the global set)",
+                      choices=("global", "per_model", "per_scenario", "pooled"))
+    pool_strength: float = _doc(
+        0.5, "pooled scope: penalty per unit-box squared distance from the global set, "
+        "divided by the model's training runs")
     max_evals: int = _doc(300, "loss evaluations per fit (all restarts together)")
     restarts: int = _doc(1, "CMA-ES restarts when a fit fails")
     window_steps: int = _doc(2000, "steps per load stage in the fitting windows")
@@ -249,6 +254,7 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
                 "search.complexity_cap": cfg.search.complexity_cap >= 1,
                 "search.fingerprint_digits": 1 <= cfg.search.fingerprint_digits <= 17,
                 "fit.max_evals": cfg.fit.max_evals >= 1,
+                "fit.pool_strength": cfg.fit.pool_strength >= 0.0,
                 "fit.window_steps": cfg.fit.window_steps >= 1,
                 "run.head_seconds": cfg.run.head_seconds >= 0}
     for key, ok in positive.items():

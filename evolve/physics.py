@@ -81,3 +81,51 @@ def check(model: StepModel, consts_by_model: Mapping[str, np.ndarray],
         if why:
             return f"physics ({name}): {why}"
     return None
+
+
+FIT_MARGIN = 0.05  # the fit aims inside the hard check's margin, so fitted programs pass it
+FIT_WEIGHT = 10.0  # loss units per unit of relative violation: a 10 % breach costs 1.0
+
+
+class PhysicsPenalty:
+    """A soft form of :func:`violation` for the constant fit: ``pen(X[P, n]) -> [P]``.
+
+    Why in the fit too: a hard check after fitting rejects a program whose *fitted*
+    constants break physics, even when other constants of the same program would not; the
+    fit, which only sees short-context training batches, has no reason to prefer them.
+    Adding ``FIT_WEIGHT * (worst relative undercut of the floor + worst relative drop
+    along a monotonicity pair)`` to the fitting loss steers CMA-ES to physical constants
+    where the program has any; non-finite or non-positive probe step times cost
+    ``invalid`` (the optimiser's penalty).
+    """
+
+    def __init__(self, model: StepModel, probes: list[ProbeBatches], invalid: float) -> None:
+        self.fn = model.vector_fn
+        self.invalid = invalid
+        self.F = np.ascontiguousarray(np.concatenate([p.features for p in probes], axis=1))
+        floor = np.concatenate([physical_floor(p.features) for p in probes])
+        context = np.concatenate([p.context for p in probes])
+        self.long = np.flatnonzero(context >= FLOOR_CONTEXT)
+        self.floor = floor[self.long]
+        pairs, offset = [], 0
+        for p in probes:
+            pairs += [p.more_context + offset, p.more_tokens + offset]
+            offset += p.features.shape[1]
+        both = np.concatenate(pairs)
+        self.a, self.b = both[:, 0], both[:, 1]
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+        P, m = X.shape[0], self.F.shape[1]
+        C = np.ascontiguousarray(X.T)[:, :, None]
+        with np.errstate(all="ignore"):
+            T = np.asarray(self.fn(self.F, C), dtype=np.float64)
+            if T.shape != (P, m):  # a program without population support
+                T = np.stack([np.broadcast_to(self.fn(self.F, x), (m,)) for x in X])
+            bad = ~np.all(np.isfinite(T) & (T > 0.0), axis=1)
+            under = np.maximum((1.0 - FIT_MARGIN) * self.floor - T[:, self.long], 0.0)
+            under = (under / self.floor).max(axis=1, initial=0.0)
+            drop = np.maximum(T[:, self.a] - T[:, self.b], 0.0) / T[:, self.a]
+            drop = drop.max(axis=1, initial=0.0)
+            pen = FIT_WEIGHT * (under + drop)
+        return np.where(bad | ~np.isfinite(pen), self.invalid, pen)

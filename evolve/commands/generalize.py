@@ -32,16 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-evals", type=int, default=600, help="teacher-forced evaluations")
     parser.add_argument("--polish-evals", type=int, default=60,
                         help="closed-loop simulations per constant group (0 = no polish)")
+    parser.add_argument("--scope", choices=["global", "per_model", "pooled"],
+                        help="constant scope of the refit (default: global for lomo, "
+                        "per_model for lowo; pooled fits per model shrunk to a global set, "
+                        "and a held-out model gets the global set)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluator.api import Evaluator
+    from evaluator.api import Evaluator, probe_batches
     from evolve.fitting import closed_loop_fit, const_map, fit_program
 
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)
-    scope = "global" if args.mode == "lomo" else "per_model"
+    scope = args.scope or ("global" if args.mode == "lomo" else "per_model")
     key = (lambda s: s.model) if args.mode == "lomo" else (lambda s: s.workload)
     folds = sorted({key(s) for s in ev.scenarios if s.workload != "reasoning"})
     model = step_model(program)
@@ -54,7 +58,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         ev.refresh_corpora(model, const_map(program, start_groups, ev.scenarios, scope),
                            names=train)
-        fit = fit_program(program, ev, train, scope, seed=args.seed, max_evals=args.max_evals)
+        probes = {}
+        for name in train:  # the same physics penalty as the search's fits
+            probes.setdefault(ev.by_name[name].model, probe_batches(ev.by_name[name]))
+        fit = fit_program(program, ev, train, scope, seed=args.seed, max_evals=args.max_evals,
+                          probes=probes)
         fitted = fit.groups
         if args.polish_evals > 0:
             fitted = closed_loop_fit(program, ev, train, scope, args.seed, start=fitted,

@@ -7,7 +7,11 @@ Why these live apart from the optimiser and the objectives:
   logarithmically when ``0 < low_i`` and ``high_i / low_i > 100`` (overheads and
   efficiencies span decades; a linear box would waste the search).
 * Scope decides which scenarios share one constant vector: ``global`` (all),
-  ``per_model`` (one vector per ``scenario.model``) or ``per_scenario``. The search,
+  ``per_model`` (one vector per ``scenario.model``), ``per_scenario``, or ``pooled``: one
+  vector per model *plus* a ``"global"`` vector fitted on every run, each model's vector
+  shrunk towards it by a penalty that is stronger the fewer training runs the model has
+  (:func:`evolve.fitting.teacher_forced.fit_program`). A model with no group of its own
+  (held out) gets the ``"global"`` vector. The search,
   the judging and the commands all map groups to scenarios through :func:`group_key` and
   :func:`const_map`, so the policy is written once.
 * Determinism: every random stream is keyed by :func:`derived_seed` (sha256, never
@@ -26,8 +30,8 @@ import numpy as np
 from evaluator.api import ConstMap, Scenario
 from evolve.language import Program
 
-Scope = Literal["global", "per_model", "per_scenario"]
-SCOPES: tuple[str, ...] = ("global", "per_model", "per_scenario")
+Scope = Literal["global", "per_model", "per_scenario", "pooled"]
+SCOPES: tuple[str, ...] = ("global", "per_model", "per_scenario", "pooled")
 
 
 @dataclass
@@ -54,7 +58,7 @@ def group_key(scenario: Scenario, scope: str) -> str:
     """The constant group a scenario belongs to under ``scope``."""
     if scope == "global":
         return "global"
-    if scope == "per_model":
+    if scope in ("per_model", "pooled"):
         return scenario.model
     if scope == "per_scenario":
         return scenario.name
@@ -66,14 +70,17 @@ def const_map(program: Program, groups: Mapping[str, Mapping[str, float]],
               default: np.ndarray | None = None) -> ConstMap:
     """Constant vector per scenario name, in the program's constant order.
 
-    A scenario whose group was not fitted (e.g. a validation run under ``per_scenario``)
-    gets ``default`` (the program's initial values if None).
+    A scenario whose group was not fitted gets the ``"global"`` group if there is one (a
+    held-out model under ``pooled``), else ``default`` (the program's initial values if
+    None; e.g. a validation run under ``per_scenario``).
     """
     names = program.const_names
     fallback = program.init_vector() if default is None else np.asarray(default, np.float64)
     out: dict[str, np.ndarray] = {}
     for sc in scenarios:
         g = groups.get(group_key(sc, scope))
+        if g is None:
+            g = groups.get("global")
         out[sc.name] = (np.array([g[n] for n in names], dtype=np.float64) if g is not None
                         else fallback.copy())
     return out

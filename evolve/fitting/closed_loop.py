@@ -27,6 +27,7 @@ from evaluator.api import Evaluator, StepModel, loss
 from evolve.codegen import step_model
 from evolve.fitting.bounds import Box, FitResult, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
+from evolve.fitting.teacher_forced import Shrink
 from evolve.language import Program
 
 SIGMA0 = 0.08  # smaller than teacher forced: the polish starts near a fitted optimum
@@ -63,18 +64,33 @@ class SliceObjective:
         return out
 
 
+class _Shrunk:
+    """A slice objective plus pooled scope's shrinkage; invalid points stay penalised."""
+
+    def __init__(self, base: Callable[[np.ndarray], np.ndarray],
+                 shrink: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.base, self.shrink = base, shrink
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        f = self.base(X)
+        return np.where(f >= PENALTY, PENALTY, f + self.shrink(X))
+
+
 def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope: str,
                     seed: int, start: Mapping[str, Mapping[str, float]] | None = None,
                     max_evals: int = 200, sigma0: float = SIGMA0, width_s: float = 120.0,
                     warmup_s: float = 30.0,
-                    log: Callable[[str], None] | None = None) -> FitResult:
+                    log: Callable[[str], None] | None = None,
+                    pool_strength: float = 0.5) -> FitResult:
     """Fit constants closed loop on stage slices of ``names``, group by group.
 
     Group ``g`` starts from ``start[g]`` exactly (the program's initial values if absent)
     and draws from ``derived_seed(seed, f"closed:{g}", 0)``. ``max_evals`` simulations per
     group, the start included. Status: ``ok`` if some group beat its start, else
     ``no_improvement`` (also when no valid constants were found: the polish then keeps what
-    it had; ``loss`` and that group's ``group_loss`` are ``inf``).
+    it had; ``loss`` and that group's ``group_loss`` are ``inf``). Scope ``pooled``: each
+    model's group is also shrunk towards ``start["global"]`` (kept as it is) with strength
+    ``pool_strength / (training runs of the model)``, as in the teacher-forced fit.
     """
     sl = slice_evaluator(ev, names, width_s, warmup_s)
     model = step_model(program)
@@ -91,7 +107,12 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
     for g in sorted(members):
         x_start = (np.array([start[g][k] for k in program.const_names], dtype=np.float64)
                    if start and g in start else init)
-        m = minimize(SliceObjective(sl, model, members[g]), box, x_start, seed=seed,
+        obj: Callable[[np.ndarray], np.ndarray] = SliceObjective(sl, model, members[g])
+        if scope == "pooled" and start and "global" in start:
+            centre = np.array([start["global"][k] for k in program.const_names])
+            n_runs = len({sl.by_name[s].meta["parent"] for s in members[g]})
+            obj = _Shrunk(obj, Shrink(box, centre, pool_strength / max(n_runs, 1)))
+        m = minimize(obj, box, x_start, seed=seed,
                      label=f"closed:{g}", max_evals=max_evals, sigma0=sigma0,
                      tolerances=TOLERANCES, snap_start=False)
         groups[g] = {k: float(v) for k, v in zip(program.const_names, m.x, strict=True)}
@@ -111,6 +132,8 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
                                     zip(program.const_names, init, strict=True)])
         return out
 
+    if scope == "pooled" and start and "global" in start:
+        groups["global"] = {k: float(v) for k, v in start["global"].items()}
     all_names = [s.name for s in sl.scenarios]
     final = loss({n: r.metrics for n, r in sl.simulate(model, slice_consts(groups)).items()},
                  all_names)

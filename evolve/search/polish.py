@@ -36,7 +36,8 @@ def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals
     fit = closed_loop_fit(prog, ctx.evaluator, sliced, ctx.scope,
                           child_seed(cfg.run.seed, g, salt), start=res.groups,
                           max_evals=evals, width_s=cfg.fit.slice_seconds,
-                          warmup_s=cfg.fit.slice_warmup_seconds)
+                          warmup_s=cfg.fit.slice_warmup_seconds,
+                          pool_strength=ctx.pool_strength)
     out = score_program(ctx, prog, fit.groups)
     out.n_evals = res.n_evals + fit.n_evals
     # a refit on the training slices must not buy training loss with held-out accuracy
