@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluator.api import Evaluator, probe_batches
+    from evaluator.api import Evaluator, ProbeBatches, probe_batches
     from evolve.fitting import closed_loop_fit, const_map, fit_program
 
     program, groups, label = load_target(args)
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         ev.refresh_corpora(model, const_map(program, start_groups, ev.scenarios, scope),
                            names=train)
-        probes = {}
+        probes: dict[str, ProbeBatches] = {}
         for name in train:  # the same physics penalty as the search's fits
             probes.setdefault(ev.by_name[name].model, probe_batches(ev.by_name[name]))
         fit = fit_program(program, ev, train, scope, seed=args.seed, max_evals=args.max_evals,

@@ -68,7 +68,7 @@ def score_program(ctx: RunContext, program: Program,
         reason = (f"invalid on {bad[0]}: {runs[bad[0]].reason}" if bad else
                   "non-finite training loss")
     if not reason and ctx.probes:
-        first = {}
+        first: dict[str, np.ndarray] = {}
         for name in ctx.names:
             first.setdefault(ev.by_name[name].model, consts[name])
         reason = physics.check(model, first, ctx.probes) or ""
