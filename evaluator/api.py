@@ -21,12 +21,18 @@ import numpy as np
 
 from evaluator.baselines import baseline_models
 from evaluator.corpus import Corpus, FitSet, build_fit_set
+from evaluator.experiment import ExperimentSpec, experiment_dirs, load_scenarios, write_experiment
 from evaluator.glossary import FEATURE_INDEX, FEATURE_NAMES, FEATURES, N_FEATURES, PEAK_FLOPS
+from evaluator.ingest import ServerFlags, parse_stages
+from evaluator.ingest_perf import from_inference_perf
+from evaluator.ingest_trace import from_tracev2
 from evaluator.model import ConstMap, StepModel
-from evaluator.scenarios import DataError, Scenario, data_dir, load_scenarios
+from evaluator.scenarios import DataError, Scenario, data_dir
 from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
 from evaluator.simulator import SimResult, simulate
 from evaluator.synthetic import ProbeBatches, probe_batches
+from evaluator.trace_export import replay_command, scenario_trace, shell
+from evaluator.tracev2 import read_tracev2, write_tracev2
 
 __all__ = [
     "FEATURES",
@@ -38,18 +44,30 @@ __all__ = [
     "Corpus",
     "DataError",
     "Evaluator",
+    "ExperimentSpec",
     "FitSet",
     "ProbeBatches",
     "RunMetrics",
     "Scenario",
+    "ServerFlags",
     "SimResult",
     "StepModel",
     "baseline_models",
     "data_dir",
+    "experiment_dirs",
+    "from_inference_perf",
+    "from_tracev2",
     "load_scenarios",
     "loss",
+    "parse_stages",
     "probe_batches",
+    "read_tracev2",
+    "replay_command",
     "request_latencies",
+    "scenario_trace",
+    "shell",
+    "write_experiment",
+    "write_tracev2",
 ]
 
 

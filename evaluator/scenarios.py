@@ -372,17 +372,3 @@ def make_scenario(name: str, arrival_us, input_tokens, output_tokens, *, model_d
         output_tokens=np.asarray(output_tokens, dtype=np.int64),
         prefix_group=np.arange(n, dtype=np.int64) % max(n_prefix_groups, 1),
         measured=Measured(e2e, ttft, failed, summary_from_requests(e2e, ttft, failed)))
-
-
-def load_scenarios(data: str | os.PathLike[str] | None = None,
-                   names: list[str] | None = None) -> list[Scenario]:
-    """Load every experiment under ``<data>/experiments`` (sorted by name), or the named ones."""
-    root = data_dir(data)
-    dirs = sorted(p for p in (root / "experiments").iterdir() if p.is_dir())
-    if names is not None:
-        known = {p.name: p for p in dirs}
-        missing = [n for n in names if n not in known]
-        if missing:
-            raise DataError(f"{root / 'experiments'}: no experiment named {missing[0]!r}")
-        dirs = [known[n] for n in names]
-    return [load_scenario(p, root) for p in dirs]

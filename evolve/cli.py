@@ -27,6 +27,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export-go": ("evolve.commands.export_go", "translate a program to a BLIS Go model"),
     "llm-check": ("evolve.commands.llm_check", "send one tiny request to an LLM endpoint"),
     "report": ("evolve.commands.report", "write a static HTML report of a run"),
+    "study": ("evolve.commands.study",
+              "independent runs (seeds in parallel) and the median [min, max] of their picks"),
+    "ingest": ("evolve.commands.ingest", "turn a measured run into an experiment directory"),
+    "data": ("evolve.commands.data", "list the experiments in a data directory"),
+    "export-trace": ("evolve.commands.export_trace", "write an experiment as a BLIS TraceV2 pair"),
 }
 
 

@@ -35,7 +35,8 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
         base_url: str = field(default="", metadata={"doc": "OpenAI-compatible base URL"})
 
 
-NOT_STORED = ("archive", "workers", "progress")
+# how fast and where, not what is found: left out of the stored config (so runs compare)
+NOT_STORED = ("archive", "workers", "progress", "executor", "ray_address")
 
 
 def _doc(default: Any, doc: str, **extra: Any) -> Any:
@@ -54,13 +55,20 @@ class RunSection:
         "doc": "experiment names to load; empty = all"})
     head_seconds: float = _doc(
         0.0, "cut every run to the requests of its first N seconds (tests, demos); 0 = full")
-    archive: str = _doc("archive.db", "SQLite archive path (not stored with the run)")
+    archive: str = _doc("archive.db", "archive: SQLite file path or SQLAlchemy URL, e.g. "
+                        "postgresql://user@host/db (not stored with the run)")
     seeds_dir: str = _doc("", "directory of seed programs *.py; empty = the project's seeds/")
     wall_time_s: float = _doc(
         0.0, "stop after the first complete generation past this many seconds; 0 = no limit")
     max_evaluations: int = _doc(0, "stop once this many children were fitted; 0 = no limit")
     workers: int = _doc(2, "processes fitting children in parallel (1 = in process)")
     progress: bool = _doc(True, "show a progress bar on stderr")
+    executor: str = _doc(
+        "local", "where children are fitted: local (forked processes) | ray (Ray tasks; "
+        "the ray extra)", choices=("local", "ray"))
+    ray_address: str = _doc(
+        "", "executor ray: cluster address (host:port); empty = start a local Ray instance "
+        "with `workers` CPUs")
 
 
 @dataclass
@@ -157,7 +165,8 @@ class Config:
         """What is stored with a run: everything that can change its results.
 
         Left out: the archive path (it is the file itself), and the knobs that only change
-        speed or display (workers, progress), so two equal runs store equal configs.
+        speed, place or display (workers, executor, progress), so two equal runs store equal
+        configs.
         """
         d = self.to_dict()
         for key in NOT_STORED:

@@ -46,9 +46,10 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
             except (OSError, json.JSONDecodeError) as exc:
                 raise UserError(f"{args.constants}: not a readable JSON file ({exc})") from None
         return program, groups, path.stem
+    from evolve.archive.engines import exists
     from evolve.archive.store import Archive
 
-    if not Path(args.archive).exists():
+    if not exists(args.archive):
         raise UserError(f"{args.archive}: archive not found (run `evolve run` first)")
     with Archive(args.archive, create=False) as ar:
         pid = ar.resolve_id(args.program)

@@ -1,7 +1,12 @@
-"""Shared fixtures: the real data directory and small cuts of real runs.
+"""Shared fixtures: the real data directory, small cuts of real runs, and synthetic data.
 
-Tests run against ``../shared/data`` (or ``EVOLVE_DATA``); fixtures cut runs to their
-first seconds so the suite stays fast on 2 cores while still exercising real requests.
+Real-data tests run against ``../shared/data`` (or ``EVOLVE_DATA``); fixtures cut runs to
+their first seconds so the suite stays fast on 2 cores while still exercising real
+requests. A test that uses one of the real-data fixtures, or is marked ``real_data``,
+is skipped with one reason when those runs are absent (``EVOLVE_DATA=/empty/dir pytest``
+shows it). ``synthetic_data`` is a data directory the tests build themselves
+(``tests/synthetic_data.py``: simulated from a known program, written as TraceV2,
+ingested), so the ingest path and a search on it run everywhere.
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.api import Evaluator
-from evaluator.scenarios import data_dir, load_scenarios
+from evaluator.api import DataError, Evaluator, data_dir, load_scenarios
+
+REAL_DATA_REASON = "needs the bundled measured runs (../shared/data)"
+REAL_DATA_FIXTURES = {"data_path", "all_scenarios", "small_scenarios", "small_evaluator"}
 
 SMALL_RUNS = (
     "20260217-155451-llama-2-7b-tp1-codegen",
@@ -41,3 +48,31 @@ def small_scenarios(all_scenarios):
 @pytest.fixture()
 def small_evaluator(small_scenarios) -> Evaluator:
     return Evaluator(small_scenarios)
+
+
+def real_data_available() -> bool:
+    """Whether the data directory (``EVOLVE_DATA`` or ``../shared/data``) has the bundled runs."""
+    try:
+        root = data_dir(None)
+    except DataError:
+        return False
+    return all((root / "experiments" / name).is_dir() for name in SMALL_RUNS)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark real-data tests (by fixture use) and skip them when the runs are absent."""
+    have = real_data_available()
+    skip = pytest.mark.skip(reason=REAL_DATA_REASON)
+    for item in items:
+        if REAL_DATA_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_data)
+        if not have and item.get_closest_marker("real_data") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory) -> Path:
+    """A data directory of runs simulated from a known program and ingested as TraceV2."""
+    from synthetic_data import build
+
+    return build(tmp_path_factory.mktemp("synthetic"))

@@ -82,6 +82,7 @@ def uninterrupted(config, tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.real_data
 def test_sigkill_then_resume_equals_uninterrupted(config, uninterrupted, tmp_path):
     path = tmp_path / "b.db"
     proc = evolve("run", "--config", str(config), "--archive", str(path))
@@ -104,6 +105,7 @@ def test_sigkill_then_resume_equals_uninterrupted(config, uninterrupted, tmp_pat
         assert got[name] == want[name], f"table {name} differs after resume"
 
 
+@pytest.mark.real_data
 def test_replay_reproduces_every_frontier_program(uninterrupted, capsys):
     with Archive(uninterrupted, create=False) as a:
         ids = [f.program_id for f in a.frontier(1)]
@@ -117,6 +119,7 @@ def test_replay_reproduces_every_frontier_program(uninterrupted, capsys):
     assert "MISMATCH" not in out and out.count("ok ") >= 1
 
 
+@pytest.mark.real_data
 def test_replay_detects_a_tampered_score(uninterrupted, tmp_path, capsys):
     path = tmp_path / "t.db"
     path.write_bytes(uninterrupted.read_bytes())
@@ -131,6 +134,7 @@ def test_replay_detects_a_tampered_score(uninterrupted, tmp_path, capsys):
     assert "MISMATCH" in out and "loss:" in out
 
 
+@pytest.mark.real_data
 def test_read_only_commands(uninterrupted, capsys):
     arch = str(uninterrupted)
     assert main(["runs", "--archive", arch]) == 0
@@ -160,6 +164,7 @@ def test_read_only_commands(uninterrupted, capsys):
     (["run", "--resume", "9", "--archive", "{arch}"], "no run 9"),
     (["run", "--resume", "1", "--seed", "4", "--archive", "{arch}"], "cannot change run.seed"),
 ])
+@pytest.mark.real_data
 def test_bad_input_is_one_line(uninterrupted, tmp_path, capsys, argv, needle):
     (tmp_path / "junk.db").write_bytes(b"\x00garbage" * 100)
     argv = [a.format(tmp=tmp_path, arch=uninterrupted) for a in argv]

@@ -106,6 +106,7 @@ def data() -> Path:
         pytest.skip(str(exc))
 
 
+@pytest.mark.real_data
 def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
     seeds = tmp_path / "seeds"
     seeds.mkdir()

@@ -13,6 +13,8 @@ from evolve.config import Config, apply_dict, validate
 from evolve.operators.offline import OfflineOperator
 from evolve.search.loop import Search
 
+pytestmark = pytest.mark.real_data  # tiny searches over three bundled runs
+
 SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
              "20260218-150956-codellama-34b-tp2-codegen",   # validate
              "20260217-170634-llama-2-7b-tp1-reasoning"]    # test

@@ -1,4 +1,7 @@
-"""The :class:`Archive`: open/validate an SQLite archive, write generations, answer queries.
+"""The :class:`Archive`: open/validate an archive, write generations, answer queries.
+
+Where it lives (a SQLite file by default, or any SQLAlchemy URL such as a PostgreSQL
+server) is :mod:`evolve.archive.engines`' business; this module speaks SQLAlchemy only.
 
 Why writes are per generation: the loop builds every row of a generation in memory and
 hands them over in one call, which commits them in one transaction together with the run's
@@ -14,14 +17,16 @@ import datetime as dt
 import re
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, inspect, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import func, inspect, select
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from evolve.archive.engines import open_engine, schema_lock
 from evolve.archive.models import (
     SCHEMA_VERSION,
     Base,
@@ -36,7 +41,6 @@ from evolve.archive.models import (
 )
 from evolve.errors import ArchiveError
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 # Informational columns: wall clock and code version. Never read by any decision, and left
 # out when two archives are compared for determinism.
 INFORMATIONAL: dict[str, frozenset[str]] = {
@@ -64,39 +68,15 @@ def utc_now() -> str:
 
 
 class Archive:
-    """One SQLite archive file. Use as a context manager or call :meth:`close`."""
+    """One archive (a SQLite file path or a SQLAlchemy URL). Use as a context manager or
+    call :meth:`close`. ``path`` is the file, or the URL without its password."""
 
     def __init__(self, path: str | Path, create: bool = True):
-        self.path = Path(path)
-        exists = self.path.exists() and self.path.stat().st_size > 0
-        if not exists and not create:
-            raise ArchiveError(f"{self.path}: archive not found")
-        if not exists and not self.path.parent.is_dir():
-            raise ArchiveError(f"{self.path}: directory {self.path.parent} does not exist")
-        if exists:
-            with open(self.path, "rb") as fh:
-                if fh.read(16) != SQLITE_MAGIC:
-                    raise ArchiveError(f"{self.path}: not an evolve archive (not SQLite; "
-                                       "corrupt or another file)")
-        self.engine = create_engine(f"sqlite:///{self.path}")
-        event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.engine, self.path = open_engine(path, create)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         try:
-            tables = set(inspect(self.engine).get_table_names())
-            if "schema_version" not in tables:
-                if tables:
-                    raise ArchiveError(f"{self.path}: not an evolve archive "
-                                       "(no schema_version table)")
-                Base.metadata.create_all(self.engine)
-                with self._session.begin() as s:
-                    s.add(SchemaVersion(version=SCHEMA_VERSION))
-            else:
-                with self._session() as s:
-                    versions = list(s.scalars(select(SchemaVersion.version)))
-                if versions != [SCHEMA_VERSION]:
-                    raise ArchiveError(f"{self.path}: archive schema version "
-                                       f"{versions[0] if versions else '?'}, this evolve "
-                                       f"reads version {SCHEMA_VERSION}")
+            with schema_lock(self.engine):  # runs opening a fresh server archive at once
+                self._check_schema()
         except (SQLAlchemyError, sqlite3.DatabaseError) as exc:
             self.engine.dispose()
             detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
@@ -104,6 +84,24 @@ class Archive:
         except ArchiveError:
             self.engine.dispose()
             raise
+
+    def _check_schema(self) -> None:
+        """Create the tables in an empty archive; refuse another schema version."""
+        tables = set(inspect(self.engine).get_table_names())
+        if "schema_version" not in tables:
+            if tables:
+                raise ArchiveError(f"{self.path}: not an evolve archive "
+                                   "(no schema_version table)")
+            Base.metadata.create_all(self.engine)
+            with self._session.begin() as s:
+                s.add(SchemaVersion(version=SCHEMA_VERSION))
+        else:
+            with self._session() as s:
+                versions = list(s.scalars(select(SchemaVersion.version)))
+            if versions != [SCHEMA_VERSION]:
+                raise ArchiveError(f"{self.path}: archive schema version "
+                                   f"{versions[0] if versions else '?'}, this evolve "
+                                   f"reads version {SCHEMA_VERSION}")
 
     def close(self) -> None:
         self.engine.dispose()
@@ -120,12 +118,18 @@ class Archive:
     # ---- runs -------------------------------------------------------------------------
     def create_run(self, seed: int, config: Any, splits: dict[str, str],
                    probe: bytes | None) -> int:
-        with self._session.begin() as s:
-            next_id = (s.scalar(select(func.max(Run.id))) or 0) + 1
-            s.add(Run(id=next_id, seed=seed, config=config, code_version=code_version(),
-                      status="running", generations_done=-1, splits=splits, probe=probe,
-                      created_at=utc_now(), finished_at=None))
-        return next_id
+        version = code_version()
+        for attempt in range(20):  # another writer may take the same id first: next one
+            try:
+                with self._session.begin() as s:
+                    next_id = (s.scalar(select(func.max(Run.id))) or 0) + 1
+                    s.add(Run(id=next_id, seed=seed, config=config, code_version=version,
+                              status="running", generations_done=-1, splits=splits,
+                              probe=probe, created_at=utc_now(), finished_at=None))
+                return next_id
+            except IntegrityError:
+                time.sleep(0.05 * (attempt + 1))
+        raise ArchiveError(f"{self.path}: could not allocate a run id (too many writers)")
 
     def run(self, run_id: int) -> Run:
         with self._session() as s:
@@ -271,10 +275,3 @@ class Archive:
                          for row in self.table_rows(name)]
         return out
 
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    """Durable commits and a busy timeout (a viewer may read while a run writes)."""
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA busy_timeout = 10000")
-    cur.execute("PRAGMA synchronous = FULL")
-    cur.close()

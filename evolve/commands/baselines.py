@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for run_name, m in runs.items():
             p, me, a = m["pred"], m["meas"], m["ape"]
-            rows.append([run_name[16:], m["split"], num(me.get("e2e_mean"), 3),
+            short = run_name[16:] if run_name[:8].isdigit() else run_name
+            rows.append([short, m["split"], num(me.get("e2e_mean"), 3),
                          num(p.get("e2e_mean"), 3), pct(a.get("e2e_mean")),
                          num(me.get("ttft_mean"), 4), num(p.get("ttft_mean"), 4),
                          pct(a.get("ttft_mean")),

@@ -6,6 +6,10 @@ constants with CMA-ES on the *train* runs' fitting windows (teacher forced); pri
 fitted constants and a per-run table, train / validate / test kept apart. The table is
 teacher forced on the full corpora (batches fixed at the initial constants) unless
 ``--closed-loop`` re-simulates every run with the fitted constants (the official score).
+``--polish-evals N`` then refines the constants closed loop (CMA-ES over simulations of
+the training runs' stage slices, the search's polish): teacher forcing prices candidates
+on batches formed at the initial constants, which biases the fit; on runs simulated from
+a known program the polish recovers its constants to 0.1 % (tests/ingest).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cut every measured run to its first S seconds (quick demos)")
     parser.add_argument("--closed-loop", action="store_true",
                         help="score the table by closed-loop simulation at the fitted constants")
+    parser.add_argument("--polish-evals", type=int, default=0, metavar="N",
+                        help="then refine the constants closed loop, N simulations of the "
+                             "training runs' stage slices per group (default: 0, off)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -102,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_evals < 1 or args.restarts < 0:
         raise UserError("--max-evals must be >= 1 and --restarts >= 0")
+    if args.polish_evals < 0:
+        raise UserError("--polish-evals must be >= 0")
     program, path = load_program(args.program)
     if args.head_seconds is not None and args.head_seconds <= 0:
         raise UserError("--head-seconds must be positive")
@@ -122,6 +131,16 @@ def run(args: argparse.Namespace) -> int:
     res = fit_program(program, ev, train, args.scope, args.seed, args.max_evals, args.restarts)
     say(f"fitted {len(res.groups)} group(s) in {time.perf_counter() - t0:.2f} s, "
         f"{res.n_evals} evaluations, status {res.status}")
+    polish = None
+    if args.polish_evals > 0:  # teacher forcing prices on batches formed at the start
+        from evolve.fitting import closed_loop_fit
+
+        polish = closed_loop_fit(program, ev, train, args.scope, args.seed, start=res.groups,
+                                 max_evals=args.polish_evals)
+        say(f"closed-loop polish: {polish.n_evals} simulations, slice loss "
+            f"{_fmt(polish.loss, 4)}, status {polish.status}")
+        if polish.status == "ok":
+            res.groups = polish.groups
     consts = const_map(program, res.groups, ev.scenarios, args.scope)
     all_names = ev.names()
     if args.closed_loop:
@@ -144,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
                     "n_evals": res.n_evals, "status": res.status,
                     "group_status": res.group_status},
             "split_loss": split_loss,
+            "polish": None if polish is None else {"loss": polish.loss, "status": polish.status,
+                                                   "n_evals": polish.n_evals},
             "runs": [{**metrics[n].to_dict(), "fitted_constants": fitted[n]}
                      for n in all_names],
         }, sys.stdout, indent=1, sort_keys=True, default=float)

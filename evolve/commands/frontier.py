@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         run_row = archive.run(rid)
         rows = archive.frontier(rid, args.generation)
         if not rows:
-            raise ArchiveError(f"{args.archive}: run {rid} has no frontier"
+            raise ArchiveError(f"{archive.path}: run {rid} has no frontier"
                                + (f" at generation {args.generation}"
                                   if args.generation is not None else " yet"))
         latest = archive.latest_accepted(rid)

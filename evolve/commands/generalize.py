@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for held, runs in out.items():
         for name, m in runs.items():
-            rows.append([held, name[16:], f"{100 * m['ape'].get('e2e_mean', float('inf')):.1f}%",
+            short = name[16:] if name[:8].isdigit() else name
+            rows.append([held, short, f"{100 * m['ape'].get('e2e_mean', float('inf')):.1f}%",
                          f"{100 * m['ape'].get('ttft_mean', float('inf')):.1f}%",
                          f"{100 * m['ape'].get('itl_mean', float('inf')):.1f}%",
                          f"{m['pred'].get('failures', 0):.0f}/{m['meas'].get('failures', 0):.0f}",

@@ -22,12 +22,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generations after the seeds (on resume: the new target)")
     parser.add_argument("--seed", type=int, metavar="S", help="run seed")
     parser.add_argument("--data", metavar="DIR", help="data directory")
-    parser.add_argument("--archive", metavar="F", help="archive file (default archive.db)")
+    parser.add_argument("--archive", metavar="F",
+                        help="archive file or SQLAlchemy URL (default archive.db)")
     parser.add_argument("--resume", type=int, metavar="RUN_ID",
                         help="continue a run from its last complete generation")
     parser.add_argument("--head-seconds", type=float, metavar="S",
                         help="cut every measured run to its first S seconds (quick demos)")
     parser.add_argument("--workers", type=int, metavar="N", help="fitting processes")
+    parser.add_argument("--executor", choices=("local", "ray"),
+                        help="where children are fitted: local processes (default) or Ray tasks")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="--executor ray: join this cluster (default: start a local one)")
     parser.add_argument("--wall-time", type=float, metavar="S",
                         help="stop cleanly after the first complete generation past S seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -48,11 +53,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {"run": {}, "operator": {}, "llm": {}}
     for flag, key in (("generations", "generations"), ("seed", "seed"), ("data", "data"),
                       ("archive", "archive"), ("head_seconds", "head_seconds"),
-                      ("workers", "workers"), ("wall_time", "wall_time_s")):
+                      ("workers", "workers"), ("wall_time", "wall_time_s"),
+                      ("executor", "executor"), ("ray_address", "ray_address")):
         if getattr(args, flag) is not None:
             out["run"][key] = getattr(args, flag)
     if args.no_progress:
         out["run"]["progress"] = False
+    if args.ray_address and args.executor is None:  # an address means Ray
+        out["run"]["executor"] = "ray"
     if args.llm:
         out["operator"]["kind"] = "llm"
         out["llm"]["model"] = args.llm
@@ -68,7 +76,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
 
 
 # Keys that may change when resuming: they decide how long and how fast, not what is found.
-RESUMABLE = {"run": {"generations", "data", "archive", "workers", "wall_time_s", "progress"},
+RESUMABLE = {"run": {"generations", "data", "archive", "workers", "wall_time_s", "progress",
+                     "executor", "ray_address"},
              "llm": {"base_url", "cassette", "cassette_mode"}}
 
 
@@ -115,13 +124,14 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None) -> int:
 
     data_dir(cfg.run.data or None)  # fail on a missing data directory before touching files
     with Archive(cfg.run.archive, create=resume is None) as archive:
+        where = str(archive.path)
         if resume is not None:
             run = archive.run(resume)
             if run.config != cfg.stored_dict():
                 archive.update_run(resume, config=cfg.stored_dict())
         search = Search(cfg, archive, run_id=resume)
         print(f"run {search.run_id}" + (" (resumed)" if resume is not None else "")
-              + f" -> {cfg.run.archive}", flush=True)
+              + f" -> {archive.path}", flush=True)  # a URL without its password
         if report:  # evolve.report reads the archive in a thread; the search never sees it
             from evolve.report import LiveReport
 
@@ -133,7 +143,7 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None) -> int:
           f"{s.evaluations} children fitted in {s.elapsed_s:.0f} s; best {short(s.best_id)} "
           f"loss {num(s.best_loss)}; pick {short(s.pick_id)}", flush=True)
     if s.pick_id:
-        arch = "" if cfg.run.archive == "archive.db" else f" --archive {cfg.run.archive}"
+        arch = "" if cfg.run.archive == "archive.db" else f" --archive {where}"
         print(f"next: evolve frontier{arch}; evolve validate {short(s.pick_id)}{arch}; "
               f"evolve export-go {short(s.pick_id)}{arch}", file=sys.stderr)
     return 0

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,20 +26,7 @@ from sqlalchemy.orm import defer
 
 from evolve.archive import Archive
 from evolve.archive.models import Evaluation, FrontierRow, GridCell, LLMCall, ProgramRow, Run
-
-
-def split_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str) -> float:
-    """``evaluator.api.loss`` over the stored runs (or slices) of one split."""
-    rows = [m for _n, m in sorted((metrics or {}).items()) if m.get("split") == split]
-    if not rows:
-        return math.nan
-    acc = 0.0
-    for m in rows:
-        ape = m.get("ape") or {}
-        if not m.get("valid", True) or "e2e_mean" not in ape or "ttft_mean" not in ape:
-            return math.inf
-        acc += (float(ape["e2e_mean"]) ** 2 + float(ape["ttft_mean"]) ** 2) / 2.0
-    return math.sqrt(acc / len(rows))
+from evolve.heldout import split_loss
 
 
 @dataclass
@@ -94,7 +80,7 @@ class ProgramData:
 class RunData:
     """Everything the pages show about one run."""
 
-    archive_path: Path
+    archive_path: Path | str  # a file, or a server URL without its password
     run: Run
     programs: dict[str, ProgramData]  # in (generation, seq) order
     evals: list[EvalBrief]

@@ -19,7 +19,7 @@ from evolve.language import Program, parse_program
 from evolve.operators.base import Proposal
 from evolve.search.books import Books
 from evolve.search.context import Scored
-from evolve.search.pool import FitPool
+from evolve.search.executors import Executor
 from evolve.search.rng import child_seed
 from evolve.search.state import source_id
 
@@ -54,7 +54,7 @@ def screen(books: Books, cfg: Config, g: int, prop: Proposal) -> Screened:
     return prog, prog.id, "", []
 
 
-def evaluate_children(books: Books, pool: FitPool, cfg: Config, g: int,
+def evaluate_children(books: Books, pool: Executor, cfg: Config, g: int,
                       proposals: Sequence[Proposal]) -> list[Any]:
     """Screen, fingerprint, fit and record a generation's proposals; returns the rows."""
     st = books.state

@@ -35,10 +35,10 @@ from evolve.operators.base import Operator
 from evolve.search.books import Books
 from evolve.search.children import evaluate_children
 from evolve.search.context import make_context
+from evolve.search.executors import make_executor
 from evolve.search.fingerprint import probe_bytes, probe_from_bytes
 from evolve.search.parents import choose
 from evolve.search.polish import polish
-from evolve.search.pool import FitPool
 from evolve.search.refresh import maybe_refresh, rebuild_corpus
 from evolve.search.rng import PURPOSE_OPERATOR, generation_rng
 from evolve.search.seeding import generation_zero
@@ -83,7 +83,7 @@ class Search:
         self.run_id = run_id if run_id is not None else archive.create_run(
             cfg.run.seed, cfg.stored_dict(), splits, None)
         self.ctx = make_context(cfg, self.evaluator, splits)
-        self.pool = FitPool(self.ctx, cfg.run.workers)
+        self.pool = make_executor(self.ctx, cfg)  # local processes or Ray tasks
         self.books = Books(cfg, self.run_id, self.evaluator)
 
     def run(self) -> RunSummary:

@@ -21,8 +21,8 @@ from evolve.language import Program
 from evolve.search.books import Books
 from evolve.search.context import RunContext
 from evolve.search.corpora import refresh, restore_corpora, save_corpora
+from evolve.search.executors import Executor
 from evolve.search.judge import score_program
-from evolve.search.pool import FitPool
 
 
 def new_corpus(books: Books, ctx: RunContext, cfg: Config, g: int, prog: Program,
@@ -55,7 +55,7 @@ def rebuild_corpus(books: Books, ctx: RunContext, row: CorpusVersion) -> None:
                            f"stored {row.version}; data or simulator changed")
 
 
-def maybe_refresh(books: Books, ctx: RunContext, cfg: Config, pool: FitPool, g: int,
+def maybe_refresh(books: Books, ctx: RunContext, cfg: Config, pool: Executor, g: int,
                   log: Any) -> list[Any]:
     """Refresh the corpora with the champion if it earned it; returns the rows."""
     scfg, st = cfg.search, books.state

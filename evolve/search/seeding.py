@@ -18,14 +18,14 @@ from evolve.errors import UserError
 from evolve.language import Program
 from evolve.search.books import Books
 from evolve.search.context import RunContext
+from evolve.search.executors import Executor
 from evolve.search.fingerprint import build_probe, fingerprint
 from evolve.search.polish import closed_refit
-from evolve.search.pool import FitPool
 from evolve.search.refresh import new_corpus
 from evolve.search.rng import child_seed
 
 
-def generation_zero(books: Books, ctx: RunContext, cfg: Config, pool: FitPool,
+def generation_zero(books: Books, ctx: RunContext, cfg: Config, pool: Executor,
                     seed_programs: Sequence[tuple[str, Program]], log: Any) -> list[Any]:
     """Fit and record every seed; returns the generation's rows."""
     st = books.state

@@ -22,32 +22,12 @@ selection reads it; the test split is never read by any decision.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
+from evolve.heldout import MIN_FAILURES, split_loss
 from evolve.search.grid import Elite
 
-MIN_FAILURES = 100.0
-KEYS = ("e2e_mean", "ttft_mean", "itl_mean")
-
-
-def split_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str) -> float:
-    """The held-out loss over the stored runs/slices of ``split`` (module docstring); nan
-    if there are none, inf if any is invalid."""
-    rows = [m for _n, m in sorted((metrics or {}).items()) if m.get("split") == split]
-    if not rows:
-        return math.nan
-    acc = 0.0
-    for m in rows:
-        ape = m.get("ape") or {}
-        if not m.get("valid") or any(k not in ape for k in KEYS):
-            return math.inf
-        terms = [float(ape[k]) for k in KEYS]
-        if float((m.get("meas") or {}).get("failures", 0.0)) >= MIN_FAILURES:
-            terms.append(float(ape.get("failures", math.inf)))
-        acc += sum(t * t for t in terms) / len(terms)
-    return math.sqrt(acc / len(rows))
-
+__all__ = ["MIN_FAILURES", "champion", "selection_loss", "split_loss"]
 
 def selection_loss(train: float, val: float) -> float:
     """``sqrt((train^2 + val^2) / 2)``; the training loss alone when there is no validate."""

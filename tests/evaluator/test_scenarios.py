@@ -8,7 +8,8 @@ import shutil
 import numpy as np
 import pytest
 
-from evaluator.scenarios import DataError, data_dir, load_scenarios
+from evaluator.api import load_scenarios
+from evaluator.scenarios import DataError, data_dir
 
 
 def test_all_runs_load_with_profile_output_lengths(all_scenarios):

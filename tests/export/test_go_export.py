@@ -301,6 +301,7 @@ def test_exports_build_and_are_gofmt_clean(harness):
         assert BLIS_COMMIT in src
 
 
+@pytest.mark.real_data
 @needs_go
 def test_parity_synthetic(harness, tmp_path):
     """All programs x all four architectures, 50 mixed batches each."""
@@ -466,6 +467,7 @@ def test_cli_per_scenario_needs_one_group(tmp_path, capsys):
     assert "Consts{Step: 20.0}, nil" in text
 
 
+@pytest.mark.real_data
 def test_cli_from_archive(tmp_path, capsys):
     """Archive mode: constants, scope and scores of the latest accepted evaluation."""
     from evolve.archive import Archive

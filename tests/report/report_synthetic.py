@@ -16,6 +16,7 @@ from pathlib import Path
 
 from evolve.archive import Archive
 from evolve.archive.models import Evaluation, FrontierRow, GridCell, LLMCall, ProgramRow
+from evolve.heldout import split_loss
 
 EDGES = [1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31]
 FEATURES = ["batch_size", "kv_write", "prefill_tokens", "decode_tokens", "kv_read",
@@ -121,8 +122,7 @@ def make_archive(path: str | Path, n_programs: int = 60, generations: int = 6,
                     continue
                 loss = base * math.exp(rng.gauss(-0.08, 0.25)) if parents else rng.uniform(.2, 1)
                 metrics = _metrics(rng, loss)
-                val = math.sqrt(sum((m["ape"]["e2e_mean"] ** 2 + m["ape"]["ttft_mean"] ** 2) / 2
-                                    for m in metrics.values() if m["split"] == "validate"))
+                val = split_loss(metrics, "validate")
                 known[pid] = (src, loss, cx, nf, val)
                 accepted.append(pid)
                 rows.append(ProgramRow(run_id=rid, id=pid, seq=k, source=src, parent_ids=parents,

@@ -42,13 +42,14 @@ def test_load_run_links_children_and_recomputes_split_losses(synth):
             assert p.metrics and p.constants
             assert p.val_loss == pytest.approx(split_loss(p.metrics, "validate"))
             ape = next(m["ape"] for m in p.metrics.values() if m["split"] == "validate")
-            assert p.val_loss == pytest.approx(
-                math.sqrt((ape["e2e_mean"] ** 2 + ape["ttft_mean"] ** 2) / 2))
+            assert p.val_loss == pytest.approx(math.sqrt(
+                (ape["e2e_mean"] ** 2 + ape["ttft_mean"] ** 2 + ape["itl_mean"] ** 2) / 3))
 
 
 def test_split_loss_rules():
-    ok = {"a": {"split": "validate", "valid": True, "ape": {"e2e_mean": 0.3, "ttft_mean": 0.4}}}
-    assert split_loss(ok, "validate") == pytest.approx(math.sqrt((0.09 + 0.16) / 2))
+    ok = {"a": {"split": "validate", "valid": True,
+                "ape": {"e2e_mean": 0.3, "ttft_mean": 0.4, "itl_mean": 0.0}}}
+    assert split_loss(ok, "validate") == pytest.approx(math.sqrt((0.09 + 0.16) / 3))
     assert math.isnan(split_loss(ok, "test"))
     bad = {**ok, "b": {"split": "validate", "valid": False, "ape": {}}}
     assert split_loss(bad, "validate") == math.inf

@@ -1,0 +1,276 @@
+"""An inference-perf output directory (with its vLLM config) -> an experiment.
+
+Why: inference-perf is the load generator of the bundled runs, and its output directory
+is what a vLLM user running it has. The layout is the bundled experiments' one::
+
+    DIR/profile.yaml          inference-perf config (YAML, or one line of JSON); or
+    DIR/results/config.yaml   the copy inference-perf writes
+    DIR/exp-config.yaml       vLLM server args (model, tensor_parallelism, max_model_len,
+                              max_num_batched_tokens, max_num_seqs[, block_size])
+    DIR/results/per_request_lifecycle_metrics.json   inference-perf per-request records
+    (or DIR/requests.json + DIR/ground_truth.json, the bundled runs' per-request files)
+    DIR/results/summary_lifecycle_metrics.json       optional: the run's aggregates
+    DIR/vllm.log              optional: '# GPU blocks: N' gives the KV pool size
+
+The bundled loader's rules apply (data README traps 4, 5): with ``shared_prefix`` data and
+``ignore_eos`` every request decodes the profile's ``output_len`` (client-side output
+counts are wrong for many requests), and requests join the profile's system-prompt groups
+round robin. Arrival times are the records' ``start_time``; E2E = ``end_time`` -
+``start_time``; TTFT = first output-token time - ``start_time``; a record with an
+``error`` failed on the client (kept, with its error type as status).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluator.experiment import ExperimentSpec
+from evaluator.ingest import (
+    ServerFlags,
+    assemble,
+    read_hardware,
+    read_model_config,
+    resolve_server,
+    safe_name,
+    timeout_notes,
+)
+from evaluator.scenarios import DataError, Stage, _read_json, _summary
+
+_VLLM_KEYS = {"tp": ("tensor_parallelism", "tensor_parallel_size", "tensor-parallel-size"),
+              "max_num_seqs": ("max_num_seqs", "max-num-seqs"),
+              "max_batched_tokens": ("max_num_batched_tokens", "max-num-batched-tokens"),
+              "block_size": ("block_size", "block-size"),
+              "max_model_len": ("max_model_len", "max-model-len")}
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        raise DataError(f"{path}: not valid YAML or JSON") from None
+    if not isinstance(doc, dict):
+        raise DataError(f"{path}: expected a mapping")
+    return doc
+
+
+def _first(d: Path, *names: str) -> Path | None:
+    return next((d / n for n in names if (d / n).is_file()), None)
+
+
+def _num(obj: Any, where: str, field: str, default: Any = None) -> float:
+    val = obj.get(field, default) if isinstance(obj, dict) else default
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not np.isfinite(val):
+        raise DataError(f"{where}, field '{field}': missing or not a finite number")
+    if val < 0:
+        raise DataError(f"{where}, field '{field}': negative value {val}")
+    return float(val)
+
+
+def _dig(obj: Any, *path: str) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def _lifecycle(path: Path) -> dict[str, Any]:
+    """Per-request arrays from inference-perf's ``per_request_lifecycle_metrics.json``."""
+    rows = _read_json(path)
+    if not isinstance(rows, list) or not rows:
+        raise DataError(f"{path}: expected a non-empty list of request records")
+    n = len(rows)
+    start, e2e, ttft = np.empty(n), np.full(n, np.nan), np.full(n, np.nan)
+    inp, out = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    status = []
+    for i, r in enumerate(rows):
+        where = f"{path}: row {i + 1}"
+        if not isinstance(r, dict):
+            raise DataError(f"{where}: not an object")
+        start[i] = _num(r, where, "start_time")
+        end = _num(r, where, "end_time")
+        if end < start[i]:
+            raise DataError(f"{where}, field 'end_time': request finished before it arrived")
+        info = r.get("info") or {}
+        tok = info.get("input_tokens", _dig(info, "request_metrics", "text", "input_tokens"))
+        inp[i] = int(_num({"input_tokens": tok if tok is not None else 0}, where,
+                          "input_tokens"))
+        resp = info.get("response_metrics") or {}
+        served = _dig(resp, "server_usage", "completion_tokens")
+        count = served if served is not None else info.get("output_tokens",
+                                                           resp.get("output_tokens", 0))
+        out[i] = int(_num({"output_tokens": count or 0}, where, "output_tokens"))
+        times = info.get("output_token_times", resp.get("output_token_times")) or []
+        if not isinstance(times, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in times):
+            raise DataError(f"{where}, field 'output_token_times': not a list of numbers")
+        if any(b < a for a, b in itertools.pairwise(times)):
+            raise DataError(f"{where}, field 'output_token_times': timestamps not monotonic")
+        if times and (times[0] < start[i] or times[-1] > end + 1e-3):
+            raise DataError(f"{where}, field 'output_token_times': outside start..end")
+        err = r.get("error")
+        if err:
+            kind = str(err.get("error_type") or "error") if isinstance(err, dict) else "error"
+            msg = str(err.get("error_msg") or "") if isinstance(err, dict) else str(err)
+            status.append("timeout" if re.search(r"time.?out", kind + msg, re.I)
+                          else safe_name(kind))
+        else:
+            status.append("ok")
+            e2e[i] = end - start[i]
+            if times:
+                ttft[i] = times[0] - start[i]
+    return {"arrival_us": (start - start.min()) * 1e6, "input": inp, "output": out,
+            "status": status, "e2e": e2e, "ttft": ttft, "config": {}}
+
+
+def _bundled(d: Path) -> dict[str, Any]:
+    """Per-request arrays from the bundled runs' ``requests.json`` + ``ground_truth.json``."""
+    req_path, gt_path = d / "requests.json", d / "ground_truth.json"
+    doc, gt = _read_json(req_path), _read_json(gt_path)
+    reqs = doc.get("requests") if isinstance(doc, dict) else None
+    if not isinstance(reqs, list) or not reqs or not isinstance(gt, list):
+        raise DataError(f"{req_path}: field 'requests' missing or empty")
+    n = len(reqs)
+    arrival, inp, idx = np.empty(n), np.zeros(n, dtype=np.int64), {}
+    failed = np.zeros(n, dtype=bool)
+    for i, r in enumerate(reqs):
+        where = f"{req_path}: requests[{i}]"
+        arrival[i] = _num(r, where, "arrival_time_us")
+        inp[i] = int(_num(r, where, "input_tokens"))
+        failed[i] = bool(r.get("has_error"))
+        idx[r.get("index", i)] = i
+    e2e, ttft = np.full(n, np.nan), np.full(n, np.nan)
+    if len(gt) != n:
+        raise DataError(f"{gt_path}: {len(gt)} rows for {n} requests")
+    for k, row in enumerate(gt):
+        where = f"{gt_path}: row {k + 1}"
+        j = idx.get(row.get("index") if isinstance(row, dict) else None)
+        if j is None:
+            raise DataError(f"{where}, field 'index': no such request")
+        if not failed[j]:
+            e2e[j] = _num(row, where, "e2e_s")
+            if row.get("ttft_s") is not None:
+                ttft[j] = _num(row, where, "ttft_s")
+    return {"arrival_us": arrival - arrival.min(), "input": inp,
+            "output": np.array([int(r.get("output_tokens") or 0) for r in reqs]),
+            "status": ["error" if f else "ok" for f in failed], "e2e": e2e, "ttft": ttft,
+            "config": doc.get("config") or {}, "split": doc.get("split"),
+            "profile": doc.get("profile"), "model_id": doc.get("model_id"),
+            "model_short": doc.get("model_short")}
+
+
+def _kv_blocks(d: Path, block_size: int | None) -> int | None:
+    log = _first(d, "vllm.log", "results/vllm.log")
+    if log is None:
+        return None
+    text = log.read_text(encoding="utf-8", errors="replace")
+    m = re.search(r"# GPU blocks: (\d+)", text)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"GPU KV cache size: ([\d,]+) tokens", text)
+    return int(m.group(1).replace(",", "")) // (block_size or 16) if m else None
+
+
+def from_inference_perf(directory: str | Path, *, model: str | Path | None,
+                        hardware: str | Path, flags: ServerFlags, name: str | None = None,
+                        split: str | None = None, workload: str | None = None,
+                        model_id: str | None = None, model_short: str | None = None,
+                        stages: tuple[Stage, ...] | None = None,
+                        data_root: Path | None = None) -> ExperimentSpec:
+    """Read, validate and convert one inference-perf directory."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise DataError(f"{d}: not a directory")
+    prof_path = _first(d, "profile.yaml", "results/config.yaml", "config.yaml")
+    if prof_path is None:
+        raise DataError(f"{d}: no profile.yaml or results/config.yaml (inference-perf config)")
+    prof = _yaml(prof_path)
+    vllm_path = _first(d, "exp-config.yaml", "vllm-config.yaml")
+    vllm = _yaml(vllm_path) if vllm_path else {}
+    per_req = _first(d, "results/per_request_lifecycle_metrics.json",
+                     "per_request_lifecycle_metrics.json")
+    if per_req is not None:
+        raw = _lifecycle(per_req)
+    elif (d / "requests.json").is_file():
+        raw = _bundled(d)
+    else:
+        raise DataError(f"{d}: no results/per_request_lifecycle_metrics.json (enable "
+                        "report.request_lifecycle.per_request) and no requests.json")
+    mid = model_id or vllm.get("model") or raw.get("model_id") or _dig(
+        prof, "server", "model_name")
+    if not isinstance(mid, str) or not mid:
+        raise DataError(f"{vllm_path or d}: field 'model': missing (or pass --model-id)")
+    if model is None and data_root is not None:
+        guess = data_root / "models" / mid.split("/")[-1] / "config.json"
+        model = guess if guess.is_file() else None
+    if model is None:
+        raise DataError(f"--model: required (a config.json for {mid})")
+    config, cfg_path = read_model_config(model)
+    hw, hw_path = read_hardware(hardware)
+    where = f"{vllm_path}: field"
+    known = {k: (int(vllm[key]), f"{where} '{key}'") for k, keys in _VLLM_KEYS.items()
+             for key in keys if isinstance(vllm.get(key), int)}
+    cfg = raw["config"]
+    for k, key in (("kv_blocks", "kv_blocks_total_gpu"), ("tp", "tensor_parallelism"),
+                   ("max_num_seqs", "max_num_seqs"), ("block_size", "block_size"),
+                   ("max_batched_tokens", "max_num_batched_tokens")):
+        if isinstance(cfg.get(key), int) and cfg[key] > 0 and k not in known:
+            known[k] = (int(cfg[key]), f"{d / 'requests.json'}: field 'config.{key}'")
+    if "kv_blocks" not in known and flags.kv_blocks is None:
+        blocks = _kv_blocks(d, flags.block_size)
+        if blocks:
+            known["kv_blocks"] = (blocks, f"{d / 'vllm.log'}: '# GPU blocks'")
+    server, notes = resolve_server(flags, known, config)
+
+    data = prof.get("data") or {}
+    sp = data.get("shared_prefix") or {}
+    n = len(raw["status"])
+    out = np.asarray(raw["output"], dtype=np.int64)
+    ignore_eos = bool(_dig(prof, "server", "ignore_eos"))
+    if data.get("type") == "shared_prefix" and isinstance(sp.get("output_len"), int) and (
+            ignore_eos or per_req is None):
+        out = np.full(n, int(sp["output_len"]), dtype=np.int64)
+        notes.append(f"every request decodes the profile's output_len {sp['output_len']} "
+                     "(ignore_eos; client-side output counts are unreliable)")
+    sys_len = int(sp.get("system_prompt_len") or 0) if data.get("type") == "shared_prefix" else 0
+    n_groups = int(sp.get("num_unique_system_prompts") or sp.get("num_groups") or 1)
+    if sys_len <= 0:
+        n_groups = 0
+    else:
+        notes.append(f"prefix groups inferred round robin over {n_groups} system prompts of "
+                     f"{sys_len} tokens (inference-perf does not record them)")
+    st = _dig(prof, "load", "stages")
+    prof_stages = tuple(Stage(float(s.get("rate", 0)), float(s.get("duration", 0)))
+                        for s in st) if isinstance(st, list) and st else None
+    if prof_stages is not None and any(s.duration_s <= 0 or s.rate < 0 for s in prof_stages):
+        raise DataError(f"{prof_path}: field 'load.stages': rate >= 0 and duration > 0 needed")
+    timeout = _dig(prof, "load", "request_timeout")
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        notes += timeout_notes(np.array([float(timeout)]))
+    summary = None
+    summ_path = d / "results" / "summary_lifecycle_metrics.json"
+    if summ_path.is_file():
+        summary = _summary(summ_path)
+    wl = workload or raw.get("profile") or safe_name(d.name)
+    short = model_short or raw.get("model_short") or safe_name(mid.split("/")[-1])
+    source = {"kind": "inference-perf", "directory": str(d.resolve()),
+              "per_request": str((per_req or d / "requests.json").resolve()),
+              "model_config": str(cfg_path.resolve()), "hardware": str(hw_path.resolve())}
+    order = np.argsort(raw["arrival_us"], kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)  # round robin in arrival order, as the bundled loader does
+    return assemble(
+        name=safe_name(name or d.name), model_id=mid, model_short=short, workload=wl,
+        split=split or raw.get("split") or "train", server=server, model_config=config,
+        hardware=hw, arrival_us=raw["arrival_us"], input_tokens=raw["input"],
+        output_tokens=out, prefix_group=rank % max(n_groups, 1), n_prefix_groups=n_groups,
+        system_prompt_len=sys_len, status=raw["status"], e2e_s=raw["e2e"],
+        ttft_s=raw["ttft"], stages=stages or prof_stages, summary=summary, source=source,
+        notes=notes)

@@ -1,0 +1,177 @@
+"""``evolve study``: independent runs of one configuration, seeds in parallel, and the
+median [min, max] closed-loop errors of each run's picked program over the seeds.
+
+Why a command: a result is never one lucky run, so the README's table is the spread over
+five seeds; run one after another that is five times the wall time of one search. Here
+each seed is an island (its own population, no migration) run as its own ``evolve run``
+process: with ``--executor local`` up to ``--parallel`` seeds at a time, each with
+``--workers`` processes; with ``--executor ray`` every seed's driver joins one Ray cluster
+(``--ray-address``, or an instance started here with every core), so the children of all
+seeds share its CPUs while each driver keeps its operator (and LLM calls) and its archive.
+Then each pick is validated closed loop on every measured run (``evolve validate``).
+
+Each seed writes ``OUT/seed-S.db`` (or one run in ``--archive``, e.g. a PostgreSQL URL
+that every seed writes to at once), ``OUT/seed-S.log`` and ``OUT/seed-S.json`` (its pick's
+validation); a seed whose JSON exists is not run again, so an interrupted study resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from evolve.errors import UserError
+
+HELP = "independent runs (seeds in parallel) and the median [min, max] of their picks"
+METRICS = (("e2e_mean", "mean E2E"), ("ttft_mean", "mean TTFT"), ("itl_mean", "decode"),
+           ("e2e_p99", "p99 E2E"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seeds", type=int, nargs="+", default=[7, 1, 2, 3, 4], metavar="S")
+    parser.add_argument("--generations", type=int, metavar="N",
+                        help="generations per seed (default: the configuration's)")
+    parser.add_argument("--config", metavar="F", help="TOML configuration of every seed")
+    parser.add_argument("--out", default="runs/study", metavar="DIR",
+                        help="per-seed archives, logs, validations and summary.json")
+    parser.add_argument("--archive", metavar="URL",
+                        help="one archive for every seed (e.g. postgresql://...); "
+                        "default: OUT/seed-S.db each")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="--executor ray: join this cluster (default: start one here)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="local executor: fitting processes per seed")
+    parser.add_argument("--parallel", type=int, metavar="P",
+                        help="seeds at a time (default: local, cores / workers; ray, all)")
+    parser.add_argument("--data", metavar="DIR", help="data directory")
+    parser.add_argument("--head-seconds", type=float, metavar="S",
+                        help="cut every measured run to its first S seconds (quick demos)")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "evolve.cli", *args]
+
+
+def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str) -> dict[str, Any]:
+    """Search, then validate the pick, in subprocesses; returns the validation."""
+    res_path, log_path = out / f"seed-{seed}.json", out / f"seed-{seed}.log"
+    if res_path.exists():  # done by an earlier study
+        return dict(json.loads(res_path.read_text()), reused=True)
+    archive = args.archive or str(out / f"seed-{seed}.db")
+    if not args.archive:
+        Path(archive).unlink(missing_ok=True)  # an unfinished earlier attempt of this seed
+    cmd = ["run", "--seed", str(seed), "--archive", archive, "--no-progress",
+           "--executor", args.executor]
+    cmd += ["--config", args.config] if args.config else []
+    cmd += ["--generations", str(args.generations)] if args.generations is not None else []
+    cmd += ["--data", args.data] if args.data else []
+    cmd += ["--head-seconds", str(args.head_seconds)] if args.head_seconds else []
+    cmd += ["--ray-address", ray_address] if ray_address else ["--workers", str(args.workers)]
+    t0 = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log:
+        done = subprocess.run(_cli(*cmd), stdout=subprocess.PIPE, stderr=log, text=True,
+                              check=False)
+        log.write(done.stdout)
+    if done.returncode != 0:
+        raise RuntimeError(f"seed {seed}: evolve run exited {done.returncode} (see {log_path})")
+    run_id = re.search(r"^run (\d+)", done.stdout, re.MULTILINE)
+    if run_id is None:
+        raise RuntimeError(f"seed {seed}: no run id in the output (see {log_path})")
+    rid = run_id.group(1)
+    front = json.loads(_check(_cli("frontier", "--archive", archive, "--run", rid, "--json")))
+    pick = next((m["id"] for m in front["members"] if m.get("picked")), None)
+    if pick is None:
+        raise RuntimeError(f"seed {seed}: run {rid} has no pick")
+    val = json.loads(_check(_cli("validate", pick, "--archive", archive, "--run", rid,
+                                 "--no-plots", "--json", *(["--data", args.data]
+                                                          if args.data else []))))
+    val.update(seed=seed, run=int(rid), search_s=round(time.monotonic() - t0, 1))
+    res_path.write_text(json.dumps(val, indent=1, sort_keys=True))
+    return dict(val)
+
+
+def _check(cmd: list[str]) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[3:5])}: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def _short(name: str) -> str:
+    """``20260217-155451-llama-2-7b-tp1-codegen`` -> ``llama-2-7b-tp1-codegen``."""
+    return re.sub(r"^\d{8}-\d{6}-", "", name)
+
+
+def summary_table(results: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The README's table (median [min, max] APE in % over the seeds) and its data."""
+    import numpy as np
+
+    names = sorted(next(iter(results.values()))["runs"])
+    lines = ["| run | " + " | ".join(label for _k, label in METRICS) + " |",
+             "|---|" + "---|" * len(METRICS)]
+    data: dict[str, Any] = {}
+    for n in names:
+        cells, data[n] = [], {}
+        for key, _label in METRICS:
+            vals = [r["runs"][n]["ape"].get(key) for r in results.values() if n in r["runs"]]
+            data[n][key] = vals
+            v = np.array([100.0 * x if x is not None else np.inf for x in vals])
+            cells.append(f"{np.median(v):.1f} [{v.min():.1f}, {v.max():.1f}]")
+        lines.append(f"| {_short(n)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), data
+
+
+def run(args: argparse.Namespace) -> int:
+    if len(set(args.seeds)) != len(args.seeds):
+        raise UserError("--seeds: each seed once")
+    if args.workers < 1 or (args.parallel is not None and args.parallel < 1):
+        raise UserError("--workers and --parallel must be at least 1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ray_address = ""
+    if args.executor == "ray":
+        from evolve.search.ray_executor import connect
+
+        ray_address = connect(args.ray_address or "", os.cpu_count() or 1)
+        parallel = args.parallel or len(args.seeds)
+        where = args.ray_address or f"a Ray instance started here ({ray_address})"
+    else:
+        parallel = args.parallel or max(1, (os.cpu_count() or 1) // args.workers)
+        where = f"local processes, {args.workers} per seed"
+    print(f"study: seeds {' '.join(map(str, args.seeds))}, {parallel} at a time, on {where}; "
+          f"output in {out}", flush=True)
+    results: dict[int, dict[str, Any]] = {}
+    failed: list[str] = []
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = {seed: pool.submit(_run_seed, args, seed, out, ray_address)
+                   for seed in args.seeds}
+        for seed, fut in futures.items():
+            try:
+                results[seed] = fut.result()
+            except RuntimeError as exc:
+                failed.append(str(exc))
+                print(f"seed {seed}: FAILED: {exc}", flush=True)
+                continue
+            r = results[seed]
+            print(f"seed {seed}: run {r.get('run', '?')}, picked {r['program'][:12]} "
+                  + ("(earlier)" if r.get("reused") else f"({r['search_s']:.0f} s)"),
+                  flush=True)
+    if results:
+        text, data = summary_table(results)
+        print(f"\nmedian [min, max] APE (%) of the picks over seeds "
+              f"{', '.join(map(str, results))}, closed loop:\n{text}")
+        (out / "summary.json").write_text(json.dumps(
+            {"seeds": list(results), "picks": {s: r["program"] for s, r in results.items()},
+             "ape": data}, indent=1, sort_keys=True))
+    for line in failed:
+        print(line, file=sys.stderr)
+    return 1 if failed or not results else 0

@@ -1,0 +1,54 @@
+"""Where a generation's children are fitted and judged: the Executor seam.
+
+Why a seam here and nowhere else: a child's evaluation is a pure function of (run context,
+program, seed) -> (fingerprint, :class:`~evolve.search.context.Scored`)
+(:func:`evolve.search.pool.fingerprint_and_fit`), and every job carries its own seed. So
+*where* the jobs run (forked processes on this machine, Ray tasks on a cluster) cannot
+change *what* they return, and the archive stays the same byte for byte. Everything that
+decides (selection, the operator and its LLM calls, screening, the archive writes) stays
+with the driver, the process that runs the loop.
+
+Executors (``run.executor``, ``evolve run --executor``):
+
+* ``local`` (default): :class:`~evolve.search.pool.FitPool`, ``run.workers`` forked
+  processes sharing the driver's corpora copy-on-write (1 = in process).
+* ``ray``: :class:`~evolve.search.ray_executor.RayExecutor`, one Ray task per child on a
+  cluster (``run.ray_address``) or on a Ray instance started for the run with
+  ``run.workers`` CPUs. Needs the ``ray`` extra (``pip install -e '.[ray]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from evolve.search.context import RunContext, Scored
+from evolve.search.pool import FitPool, Job
+
+if TYPE_CHECKING:
+    from evolve.config import Config
+
+EXECUTORS = ("local", "ray")
+Result = tuple[str | None, Scored]  # (fingerprint or None, outcome of the fit and judging)
+
+
+class Executor(Protocol):
+    """What the loop needs from whoever fits its children."""
+
+    def map(self, jobs: Sequence[Job], digits: int | None = None) -> list[Result]:
+        """Fingerprint (if ``digits``), fit and judge every job; results in job order."""
+        ...
+
+    def reset(self) -> None:
+        """The corpora changed, or the run ended: drop whatever holds the old ones."""
+        ...
+
+
+def make_executor(ctx: RunContext, cfg: Config | Any) -> Executor:
+    """The configured executor for a run's context."""
+    kind = getattr(cfg.run, "executor", "local")
+    if kind == "ray":
+        from evolve.search.ray_executor import RayExecutor
+
+        return RayExecutor(ctx, cfg.run.workers, getattr(cfg.run, "ray_address", ""))
+    return FitPool(ctx, cfg.run.workers)

@@ -1,0 +1,215 @@
+"""``evolve ingest`` and ``evolve data`` on hand-made sources: what is kept, what is refused.
+
+Every refusal is one line naming the file (and row and field where there is one), exit
+code 2, and nothing written: the data directory does not even appear.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from trace_helpers import columns, edit_csv, model_dir, write
+
+from evaluator.api import load_scenarios
+from evolve.cli import main
+
+FLAGS = ["--hardware", "H100", "--kv-blocks", "3000", "--max-num-batched-tokens", "2048",
+         "--tp", "1", "--max-num-seqs", "64", "--block-size", "16"]
+
+
+def ingest(tmp_path, header, *extra, out=None):
+    out = out or tmp_path / "data"
+    return main(["ingest", str(header), "--out", str(out), "--model",
+                 str(model_dir(tmp_path)), *FLAGS, *extra]), out
+
+
+def test_trace_is_ingested_with_failures_kept(tmp_path, capsys):
+    h, _ = write(tmp_path / "t")
+    code, out = ingest(tmp_path, h, "--split", "validate")
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "12 requests (2 failed)" in printed and "note:" in printed
+    (sc,) = load_scenarios(out)
+    assert sc.name == "20260301-102030-tiny-llama-1b-tp1-chatbot"
+    assert sc.split == "validate" and sc.workload == "chatbot" and sc.model == "tiny-llama-1b"
+    assert sc.meta["status"][3] == "timeout" and sc.meta["status"][7] == "error"
+    assert sc.measured.failed.tolist() == [i in (3, 7) for i in range(12)]
+    np.testing.assert_array_equal(sc.arrival_us, np.arange(12) * 250_000.0)
+    np.testing.assert_array_equal(sc.input_tokens, 232 + 10 * np.arange(12))
+    assert sc.output_tokens.tolist() == [64] * 12  # failed ones get the completed median
+    assert sc.system_prompt_len == 32 and sc.n_prefix_groups == 3
+    np.testing.assert_allclose(sc.measured.ttft_s[0], 0.020)
+    np.testing.assert_allclose(sc.measured.e2e_s[11], 0.900 + 0.110)
+    assert main(["data", "--data", str(out), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)["experiments"]
+    assert listing[0]["failed_by_status"] == {"error": 1, "timeout": 1}
+    assert listing[0]["requests"] == 12 and listing[0]["gpu"] == "H100 SXM"
+    assert main(["data", "--data", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "2 (error 1, timeout 1)" in table and "ingested" in table
+
+
+def test_rows_in_completion_order_are_sorted_by_send_time(tmp_path):
+    header, cols = columns()
+    perm = np.random.default_rng(1).permutation(12)
+    cols = {k: np.asarray(v)[perm] for k, v in cols.items()}
+    h, _ = write(tmp_path / "t", header, cols)
+    code, out = ingest(tmp_path, h)
+    assert code == 0
+    (sc,) = load_scenarios(out)
+    np.testing.assert_array_equal(sc.arrival_us, np.arange(12) * 250_000.0)
+    assert sc.prefix_group.tolist() == [i % 3 for i in range(12)]
+
+
+def _refused(tmp_path, capsys, argv_or_header, *extra, needle):
+    code, out = ingest(tmp_path, argv_or_header, *extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and "\n" not in err, err
+    assert not out.exists(), "a refused ingest must write nothing"
+    return err
+
+
+@pytest.mark.parametrize(("row", "col", "value", "needle"), [
+    (2, "input_tokens", "-1", "row 3 (line 4), field 'input_tokens': negative value -1"),
+    (0, "arrival_time_us", "x", "row 1 (line 2), field 'arrival_time_us': not an integer"),
+    (5, "last_chunk_time_us", "2", "row 6 (line 7), field 'last_chunk_time_us'"),
+    (None, "prefix_length", None, "field 'prefix_length': missing column"),
+])
+def test_bad_trace_is_one_line_and_writes_nothing(tmp_path, capsys, row, col, value, needle):
+    h, d = write(tmp_path / "t")
+    edit_csv(d, row, col, value)
+    err = _refused(tmp_path, capsys, h, needle=needle)
+    assert str(d) in err
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"kv_lora_rank": 512}, "field 'kv_lora_rank': multi-head latent attention"),
+    ({"quantization_config": {"bits": 4}}, "field 'quantization_config'"),
+    ({"head_dim": 256}, "field 'head_dim'"),
+    ({"sliding_window": 1024}, "field 'sliding_window'"),
+    ({"num_hidden_layers": "22"}, "num_hidden_layers"),
+])
+def test_unknown_model_field_is_refused(tmp_path, capsys, extra, needle):
+    h, _ = write(tmp_path / "t")
+    model_dir(tmp_path, **extra)
+    code = main(["ingest", str(h), "--out", str(tmp_path / "data"), "--model",
+                 str(tmp_path / "model" / "config.json"), *FLAGS])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and "config.json" in err and "\n" not in err, err
+    assert not (tmp_path / "data").exists()
+
+
+def test_settings_missing_or_contradicting_the_header(tmp_path, capsys):
+    h, _ = write(tmp_path / "t")
+    code = main(["ingest", str(h), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), "--hardware", "H100", "--tp", "1",
+                 "--max-num-seqs", "64", "--block-size", "16", "--max-num-batched-tokens", "2048"])
+    assert code == 2 and "--kv-blocks: required" in capsys.readouterr().err
+    doc = yaml.safe_load(h.read_text())
+    doc["server"]["tensor_parallel"] = 2
+    h.write_text(yaml.safe_dump(doc))
+    _refused(tmp_path, capsys, h, needle="field 'server.tensor_parallel': 2 disagrees with --tp 1")
+    _refused(tmp_path, capsys, h, "--hardware", "B300",
+             needle="no shipped GPU of that name")
+
+
+def test_prefix_groups_mixed_with_ungrouped_requests(tmp_path, capsys):
+    header, cols = columns()
+    cols["prefix_group"][4] = ""
+    h, _ = write(tmp_path / "t", header, cols)
+    _refused(tmp_path, capsys, h, needle="row 5 (line 6), field 'prefix_group'")
+    code, out = ingest(tmp_path, h, "--ignore-prefix-groups")
+    assert code == 0
+    (sc,) = load_scenarios(out)
+    assert sc.n_prefix_groups == 0 and sc.input_tokens[4] == 272  # no group: server count
+    assert sc.input_tokens[5] == 282  # grouped: prefix + suffix, as BLIS replays it
+
+
+def test_existing_experiment_is_kept_unless_replace(tmp_path, capsys):
+    h, _ = write(tmp_path / "t")
+    assert ingest(tmp_path, h, "--name", "mine")[0] == 0
+    out = tmp_path / "data"
+    before = (out / "experiments" / "mine" / "requests.json").read_bytes()
+    code, _ = ingest(tmp_path, h, "--name", "mine", "--split", "test")
+    assert code == 2 and "exists" in capsys.readouterr().err
+    assert (out / "experiments" / "mine" / "requests.json").read_bytes() == before
+    assert ingest(tmp_path, h, "--name", "mine", "--split", "test", "--replace")[0] == 0
+    assert load_scenarios(out)[0].split == "test"
+    assert sorted(p.name for p in (out / "experiments").iterdir()) == ["mine"]
+
+
+def _perf_dir(root, n=16):
+    d = root / "perf-run"
+    (d / "results").mkdir(parents=True)
+    (d / "profile.yaml").write_text(yaml.safe_dump({
+        "data": {"type": "shared_prefix", "shared_prefix": {
+            "num_unique_system_prompts": 4, "system_prompt_len": 48, "question_len": 300,
+            "output_len": 80}},
+        "load": {"type": "constant", "stages": [{"rate": 2, "duration": 8}]},
+        "server": {"type": "vllm", "model_name": "synthetic/tiny-llama-1b", "ignore_eos": True}}))
+    (d / "exp-config.yaml").write_text(yaml.safe_dump({
+        "model": "synthetic/tiny-llama-1b", "tensor_parallelism": 1, "max_model_len": 4096,
+        "max_num_batched_tokens": 2048, "max_num_seqs": 64}))
+    (d / "vllm.log").write_text("INFO ... # GPU blocks: 3456, # CPU blocks: 0\n")
+    rows = []
+    for i in range(n):
+        start = 5000.0 + 0.5 * i
+        err = {"error_type": "TimeoutError", "error_msg": "timed out"} if i == 6 else None
+        times = [] if err else [start + 0.03 + 0.01 * k for k in range(40)]
+        rows.append({"start_time": start, "end_time": start + (301 if err else 0.5),
+                     "request": "{}", "response": "", "error": err,
+                     "info": {"input_tokens": 0 if err else 340 + i, "output_tokens": 37,
+                              "output_token_times": times}})
+    rows.reverse()  # inference-perf need not write them in order
+    (d / "results" / "per_request_lifecycle_metrics.json").write_text(json.dumps(rows))
+    return d
+
+
+def test_inference_perf_directory(tmp_path, capsys):
+    d = _perf_dir(tmp_path)
+    code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), "--hardware", "a100"])
+    assert code == 0, capsys.readouterr().err
+    (sc,) = load_scenarios(tmp_path / "data")
+    assert sc.name == "perf-run" and sc.hardware.name == "A100 SXM 80GB"
+    assert sc.server.kv_blocks == 3456 and sc.server.block_size == 16
+    assert sc.output_tokens.tolist() == [80] * 16  # the profile's, not the client's 37
+    assert sc.prefix_group.tolist() == [i % 4 for i in range(16)]
+    assert sc.system_prompt_len == 48 and sc.stages[0].rate == 2
+    np.testing.assert_allclose(sc.arrival_us, np.arange(16) * 0.5e6)
+    assert sc.meta["status"][6] == "timeout" and sc.input_tokens[6] == 348  # median filled
+    np.testing.assert_allclose(sc.measured.ttft_s[~sc.measured.failed], 0.03, rtol=1e-9)
+    np.testing.assert_allclose(sc.measured.e2e_s[0], 0.5, rtol=1e-9)
+
+
+def test_inference_perf_bad_record(tmp_path, capsys):
+    d = _perf_dir(tmp_path)
+    path = d / "results" / "per_request_lifecycle_metrics.json"
+    rows = json.loads(path.read_text())
+    rows[2]["info"]["output_token_times"] = [9.0, 8.0]
+    path.write_text(json.dumps(rows))
+    code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), "--hardware", "H100"])
+    err = capsys.readouterr().err
+    assert code == 2 and "row 3, field 'output_token_times'" in err and str(path) in err
+    assert not (tmp_path / "data").exists()
+
+
+def test_export_trace_of_a_slice_keeps_statuses(tmp_path, capsys):
+    h, _ = write(tmp_path / "t")
+    code, out = ingest(tmp_path, h, "--name", "mine")
+    assert code == 0
+    prefix = tmp_path / "slice"
+    assert main(["export-trace", "mine", "--data", str(out), "--from", "0.6", "--to", "2.1",
+                 "--out", str(prefix)]) == 0
+    from evaluator.tracev2 import read_tracev2
+
+    t = read_tracev2(f"{prefix}.yaml", f"{prefix}.csv")
+    assert t.columns["status"].tolist() == ["timeout", "ok", "ok", "ok", "error", "ok"]
+    assert t.columns["arrival_time_us"].tolist() == [150_000 + 250_000 * i for i in range(6)]
+    assert (t.columns["deadline_us"] - t.columns["arrival_time_us"] == 300_000_000).all()
+    assert t.columns["prefix_length"].tolist() == [32] * 6
+    assert "--total-kv-blocks 3000" in capsys.readouterr().out
