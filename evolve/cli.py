@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -64,10 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     from evolve.errors import ExportError, ProgramError, UserError
 
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe must surface here, not at interpreter exit
+        return code
     except (UserError, DataError, ProgramError, ExportError) as exc:
         print(f"evolve {name}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `evolve frontier | head -1`: the reader left; say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is quiet
+        return 141
     except KeyboardInterrupt:
         print(f"evolve {name}: interrupted", file=sys.stderr)
         return 130

@@ -206,7 +206,13 @@ def step_model(program: Program) -> StepModel:
     """
     model = _MODEL_CACHE.get(program.id)
     if model is None:
-        comp = compile_program(program)
+        try:
+            comp = compile_program(program)
+        except ProgramError:
+            raise
+        except Exception as exc:  # a checked program that does not compile is rejected
+            raise ProgramError(f"cannot compile: {type(exc).__name__}: {str(exc)[:120]}",
+                               "compile") from None
         model = StepModel(name=program.id[:12], vector_fn=comp.vector_fn,
                           scalar_fn=comp.scalar_fn, queue_fn=comp.queue_fn,
                           post_decode_index=program.post_decode_index,

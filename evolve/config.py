@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import tomllib
 import types
@@ -252,6 +253,24 @@ def apply_dict(obj: Any, data: dict[str, Any], source: str, prefix: str = "") ->
 
 def validate(cfg: Config, source: str = "<config>") -> Config:
     """Cross-field checks that types alone do not catch."""
+    fin = math.isfinite
+    ranges = {  # key: (in range, the allowed range in words)
+        "run.seed": (0 <= cfg.run.seed < 2**63, "an integer in [0, 2^63)"),
+        "run.wall_time_s": (fin(cfg.run.wall_time_s) and cfg.run.wall_time_s >= 0,
+                            "a finite number >= 0"),
+        "run.head_seconds": (fin(cfg.run.head_seconds) and cfg.run.head_seconds >= 0,
+                             "a finite number >= 0"),
+        "fit.slice_seconds": (fin(cfg.fit.slice_seconds) and cfg.fit.slice_seconds > 0,
+                              "a finite number > 0"),
+        "fit.slice_warmup_seconds": (fin(cfg.fit.slice_warmup_seconds)
+                                     and cfg.fit.slice_warmup_seconds >= 0,
+                                     "a finite number >= 0"),
+        "fit.pool_strength": (fin(cfg.fit.pool_strength) and cfg.fit.pool_strength >= 0,
+                              "a finite number >= 0"),
+    }
+    for key, (ok, allowed) in ranges.items():
+        if not ok:
+            raise ConfigError(f"{source}: key '{key}' out of range: must be {allowed}")
     positive = {"run.generations": cfg.run.generations >= 0,
                 "run.workers": cfg.run.workers >= 1,
                 "search.children": cfg.search.children >= 1,
@@ -263,9 +282,7 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
                 "search.complexity_cap": cfg.search.complexity_cap >= 1,
                 "search.fingerprint_digits": 1 <= cfg.search.fingerprint_digits <= 17,
                 "fit.max_evals": cfg.fit.max_evals >= 1,
-                "fit.pool_strength": cfg.fit.pool_strength >= 0.0,
-                "fit.window_steps": cfg.fit.window_steps >= 1,
-                "run.head_seconds": cfg.run.head_seconds >= 0}
+                "fit.window_steps": cfg.fit.window_steps >= 1}
     for key, ok in positive.items():
         if not ok:
             raise ConfigError(f"{source}: key '{key}' out of range")

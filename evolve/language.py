@@ -172,6 +172,15 @@ def _normalise(chk: Checked) -> tuple[str, str]:
     return ast.unparse(ast.fix_missing_locations(module)) + "\n", doc
 
 
+def _rule_of(exc: Exception) -> str:
+    """The rule a stray exception of the checker breaks (an oversized literal, or depth)."""
+    if isinstance(exc, OverflowError):
+        return "literal"
+    if isinstance(exc, RecursionError | MemoryError):
+        return "size"
+    return "check"
+
+
 def parse_program(text: str | bytes) -> Program:
     """Check and normalise a program; raise :class:`ProgramError` on any violation.
 
@@ -199,8 +208,14 @@ def parse_program(text: str | bytes) -> Program:
     except (RecursionError, MemoryError) as exc:  # the parser's own nesting limits
         raise ProgramError(f"too deeply nested to parse ({type(exc).__name__})",
                            "size") from None
-    chk = check_tree(tree)
-    source, doc = _normalise(chk)
+    try:
+        chk = check_tree(tree)
+        source, doc = _normalise(chk)
+    except ProgramError:
+        raise
+    except Exception as exc:  # untrusted text must end in a rejection, never a crash
+        raise ProgramError(f"cannot check: {type(exc).__name__}: {str(exc)[:120]}",
+                           _rule_of(exc)) from None
     names = sorted(n for n in chk.constants
                    if n in chk.used_constants or n in SPECIAL_CONSTANTS)
     return Program(

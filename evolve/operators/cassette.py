@@ -117,7 +117,7 @@ def load_entries(path: Path) -> dict[str, dict[str, Any]]:
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise CassetteError(f"cassette {path}:{lineno}: corrupt line ({exc.msg} at "
+                raise CassetteError(f"cassette {path}:{lineno}: corrupt line ({exc.msg}; "
                                     f"column {exc.colno})") from None
             problem = _entry_problem(entry)
             if problem:
