@@ -19,6 +19,7 @@ import ast
 import keyword
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 from evaluator.api import FEATURE_NAMES
 from evolve.errors import ProgramError
@@ -114,7 +115,7 @@ def _number(node: ast.expr, what: str) -> float:
         sign, node = -1.0, node.operand
     if not (isinstance(node, ast.Constant) and type(node.value) in (int, float)):
         raise fail(f"{what} must be a numeric literal", "constants", node)
-    value = sign * float(node.value)
+    value = sign * float(cast(float, node.value))
     if not math.isfinite(value):
         raise fail(f"{what} is not finite", "constants", node)
     return value
@@ -220,7 +221,7 @@ class _FunctionChecker:
         if isinstance(node, ast.Constant):
             if type(node.value) not in (int, float):
                 raise fail(f"{type(node.value).__name__} literal not allowed", "literal", node)
-            if not math.isfinite(float(node.value)):
+            if not math.isfinite(float(cast(float, node.value))):
                 raise fail("literal is not finite", "literal", node)
         elif isinstance(node, ast.Name):
             if node.id not in self.locals:
@@ -309,7 +310,7 @@ class _FunctionChecker:
     def _interval(self, node: ast.expr) -> tuple[float, float]:
         """Range of a constant exponent over the declared bounds (interval arithmetic)."""
         if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-            v = float(node.value)
+            v = float(cast(float, node.value))
             if math.isfinite(v):
                 return v, v
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):

@@ -129,7 +129,8 @@ def function_body(fn: ast.FunctionDef, attr_map: dict[tuple[str, str], str]) -> 
         tr = ExprTranslator(attr, defined, fresh)
         value = tr.expr(s.value)  # type: ignore[attr-defined]
         lines.append(_comment(ast.unparse(s)))
-        py = s.targets[0].id if isinstance(s, ast.Assign) else ""
+        target = s.targets[0] if isinstance(s, ast.Assign) else None
+        py = target.id if isinstance(target, ast.Name) else ""
         op = "=" if py in defined else ":="
         # `x = where(...)` assigns x in the if/else itself, unless the where reads x.
         direct = (py and isinstance(s.value, ast.Call) and tr.hoisted  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ import ast
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from evolve.errors import ExportError
 
@@ -175,7 +176,7 @@ _FOLD: dict[str, Callable[[float, float], float]] = {
 def _literal(node: ast.expr) -> float | None:
     """The float64 value of a pure-literal sub-expression (+ - * / and unary minus)."""
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return float(node.value)
+        return float(cast(float, node.value))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         v = _literal(node.operand)
         return None if v is None else -v
