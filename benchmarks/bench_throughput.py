@@ -17,6 +17,7 @@ pair, and for generations 1..N (generation 0, the seeds, is reported apart) this
   check), and the archive write per candidate.
 
 Every configuration decides the same (same seed: same archive; checked by digest here).
+Each runs in a fresh process, so none inherits another's compiled programs or Ray session.
 Run: ``python benchmarks/bench_throughput.py [--generations 8] [--workers 1 2]
 [--executors local ray] [--json F]``. The machine may be shared with other work: the load
 average is printed before and after.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -98,6 +100,7 @@ def measure(args: argparse.Namespace, executor: str, workers: int) -> dict[str, 
     loop.maybe_refresh = ph.wrap("refresh", loop.maybe_refresh)
     marks: dict[int, float] = {}
     n_jobs = defaultdict(int)
+    maps: list[tuple[int, int, float]] = []  # (generation, jobs, seconds) of every map
     with tempfile.TemporaryDirectory() as tmp:
         cfg = config(args, executor, workers, os.path.join(tmp, "a.db"))
         try:
@@ -119,10 +122,12 @@ def measure(args: argparse.Namespace, executor: str, workers: int) -> dict[str, 
                     g = int(ph.total["_g"])
                     n_jobs[g] += len(jobs)
                     cand.enabled = g >= 1
+                    t0 = time.perf_counter()
                     try:
                         return ph.wrap("map" if g else "map0", pmap)(jobs, digits)
                     finally:
                         cand.enabled = False
+                        maps.append((g, len(jobs), round(time.perf_counter() - t0, 3)))
 
                 search.pool.map = counted  # type: ignore[method-assign]
                 archive.commit_generation = ph.wrap(  # type: ignore[method-assign]
@@ -139,7 +144,7 @@ def measure(args: argparse.Namespace, executor: str, workers: int) -> dict[str, 
            "per_s": n / wall, "startup_s": t_ready - t_init, "gen0_s": marks[1] - marks[0],
            "map_s": ph.total["map"], "driver_s": wall - ph.total["map"],
            "refresh_s": ph.total["refresh"], "status": summary.status, "digest": digest,
-           "archive_write_s": ph.total["archive write"]}
+           "archive_write_s": ph.total["archive write"], "maps": maps}
     if in_process:
         out["phases_per_candidate_ms"] = {
             k: 1e3 * cand.total[k] / n
@@ -157,22 +162,31 @@ def main() -> int:
     ap.add_argument("--executors", nargs="+", default=["local", "ray"])
     ap.add_argument("--data", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # EXECUTOR:WORKERS
     args = ap.parse_args()
+    if args.one:  # one configuration, in a fresh process: prints its figures as JSON
+        executor, w = args.one.split(":")
+        print("RESULT " + json.dumps(measure(args, executor, int(w))), flush=True)
+        return 0
     print(f"load average before: {os.getloadavg()}  ({os.cpu_count()} cores)", flush=True)
     results = []
     for executor in args.executors:
-        for w in args.workers:
-            r = measure(args, executor, w)
+        for w in args.workers:  # each in its own process: no state carried between them
+            cmd = [sys.executable, __file__, "--one", f"{executor}:{w}", "--generations",
+                   str(args.generations), "--children", str(args.children), "--seed",
+                   str(args.seed), *(["--data", args.data] if args.data else [])]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+            if done.returncode != 0 or not line:
+                print(f"{executor} workers {w}: failed\n{done.stderr[-3000:]}", flush=True)
+                return 1
+            r = json.loads(line[-1][len("RESULT "):])
             results.append(r)
             print(f"{executor:5s} workers {w}: {r['candidates']} candidates in "
                   f"{r['wall_s']:.1f} s = {r['per_s']:.2f}/s (executor {r['map_s']:.1f} s, "
                   f"driver {r['driver_s']:.1f} s of which refresh {r['refresh_s']:.1f} s, "
                   f"archive {r['archive_write_s']:.2f} s); generation 0 {r['gen0_s']:.1f} s, "
                   f"start-up {r['startup_s']:.1f} s; digest {r['digest'][:12]}", flush=True)
-    if "ray" in args.executors:
-        from evolve.search.ray_executor import disconnect
-
-        disconnect()
     base = {(r["executor"], r["workers"]): r["per_s"] for r in results}
     print("\n| executor | workers | candidates/s | vs local workers 1 |\n|---|---|---|---|")
     for r in results:
@@ -184,8 +198,12 @@ def main() -> int:
             print("\nper candidate (local, workers 1), ms:")
             for k, v in r["phases_per_candidate_ms"].items():
                 print(f"  {k:22s} {v:8.1f}")
-            print(f"  {'driver (rest), per candidate':22s} "
-                  f"{1e3 * (r['driver_s'] - r['archive_write_s']) / r['candidates']:8.1f}")
+            n = r["candidates"]
+            rest = r["driver_s"] - r["refresh_s"] - r["archive_write_s"]
+            print(f"  {'corpus refresh':22s} {1e3 * r['refresh_s'] / n:8.1f}  (driver: "
+                  "re-simulate; workers: re-score the elites)")
+            print(f"  {'driver, the rest':22s} {1e3 * rest / n:8.1f}  (selection, operator, "
+                  "screening, recording)")
     digests = {r["digest"] for r in results}
     print(f"\nsame archive in every configuration: {len(digests) == 1}")
     print(f"load average after: {os.getloadavg()}", flush=True)

@@ -112,21 +112,25 @@ def _short(name: str) -> str:
 
 
 def summary_table(results: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """The README's table (median [min, max] APE in % over the seeds) and its data."""
+    """The README's seed-study table (median [min, max] APE in % over the seeds, and the
+    median simulated failures / measured) and its data."""
     import numpy as np
 
-    names = sorted(next(iter(results.values()))["runs"])
-    lines = ["| run | " + " | ".join(label for _k, label in METRICS) + " |",
-             "|---|" + "---|" * len(METRICS)]
+    first = next(iter(results.values()))["runs"]
+    lines = ["| run | split | " + " | ".join(label for _k, label in METRICS) + " | failed |",
+             "|---|---|" + "---|" * (len(METRICS) + 1)]
     data: dict[str, Any] = {}
-    for n in names:
-        cells, data[n] = [], {}
+    for n in sorted(first):
+        per_seed = [r["runs"][n] for r in results.values() if n in r["runs"]]
+        cells, data[n] = [_short(n), str(first[n].get("split", ""))], {}
         for key, _label in METRICS:
-            vals = [r["runs"][n]["ape"].get(key) for r in results.values() if n in r["runs"]]
+            vals = [m["ape"].get(key) for m in per_seed]
             data[n][key] = vals
             v = np.array([100.0 * x if x is not None else np.inf for x in vals])
             cells.append(f"{np.median(v):.1f} [{v.min():.1f}, {v.max():.1f}]")
-        lines.append(f"| {_short(n)} | " + " | ".join(cells) + " |")
+        failed = np.median([m.get("pred", {}).get("failures", 0) for m in per_seed])
+        cells.append(f"{failed:.0f}/{first[n].get('meas', {}).get('failures', 0):.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines), data
 
 

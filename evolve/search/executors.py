@@ -19,7 +19,7 @@ Executors (``run.executor``, ``evolve run --executor``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from evolve.search.context import RunContext, Scored
@@ -37,6 +37,11 @@ class Executor(Protocol):
 
     def map(self, jobs: Sequence[Job], digits: int | None = None) -> list[Result]:
         """Fingerprint (if ``digits``), fit and judge every job; results in job order."""
+        ...
+
+    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """``fn(ctx, *job)`` for every job; results in job order. ``fn`` is a module-level
+        pure function of the run context (re-scoring elites, closed-loop refits)."""
         ...
 
     def reset(self) -> None:

@@ -173,7 +173,7 @@ class Search:
         rows += evaluate_children(books, self.pool, cfg, g, proposals)
         rows += maybe_refresh(books, ctx, cfg, self.pool, g, self.log)
         if g == cfg.run.generations and cfg.fit.polish_evals > 0:
-            rows += polish(books, ctx, cfg, g, self.log)
+            rows += polish(books, ctx, cfg, g, self.log, self.pool)
         return rows
 
 

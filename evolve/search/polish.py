@@ -16,7 +16,7 @@ from typing import Any
 
 from evolve.config import Config
 from evolve.fitting import closed_loop_fit
-from evolve.language import Program
+from evolve.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
 from evolve.search.grid import Elite
@@ -45,8 +45,17 @@ def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals
     return out if out.ok and out.loss < res.loss and held else res
 
 
-def polish(books: Books, ctx: RunContext, cfg: Config, g: int, log: Any) -> list[Any]:
-    """Refit the frontier pick and the champion closed loop (last generation only)."""
+def refit_job(ctx: RunContext, cfg: Config, source: str, res: Scored, evals: int, salt: int,
+              g: int) -> tuple[bool, Scored]:
+    """:func:`closed_refit` as a pure job for the executor: (improved, outcome)."""
+    out = closed_refit(ctx, cfg, parse_program(source), res, evals, salt, g)
+    return out is not res, out
+
+
+def polish(books: Books, ctx: RunContext, cfg: Config, g: int, log: Any,
+           pool: Any = None) -> list[Any]:
+    """Refit the frontier pick and the champion closed loop (last generation only; in
+    parallel when an executor is given)."""
     st = books.state
     if ctx.slices is None:
         return []
@@ -55,12 +64,16 @@ def polish(books: Books, ctx: RunContext, cfg: Config, g: int, log: Any) -> list
         if e is not None and e.program_id not in [t.program_id for t in targets]:
             targets.append(e)
     rows: list[Any] = []
+    jobs = []
     for i, e in enumerate(targets):
         info = st.info[e.program_id]
         current = Scored(info.groups, info.metrics, info.loss, val_loss=info.val_loss)
-        res = closed_refit(ctx, cfg, info.program, current, cfg.fit.polish_evals,
-                           10_000 + i, g)
-        if res is not current:
+        jobs.append((cfg, info.program.source, current, cfg.fit.polish_evals, 10_000 + i, g))
+    outcomes = (pool.apply(refit_job, jobs) if pool is not None
+                else [refit_job(ctx, *job) for job in jobs])
+    for e, (improved, res) in zip(targets, outcomes, strict=True):
+        info = st.info[e.program_id]
+        if improved:
             rows.append(books.eval_row(g, info.program, "polish", "closed_loop_fit", res))
             books.accept(info.program, res, e.generation)
             log(f"run {books.run_id}: polished {e.program_id[:12]} closed loop: "

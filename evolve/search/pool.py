@@ -8,7 +8,7 @@ so the output does not depend on the number of workers.
 from __future__ import annotations
 
 import multiprocessing as mp
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evolve.language import Program, parse_program
@@ -34,6 +34,12 @@ def _job(job: tuple[str, int, int | None]) -> tuple[str | None, Scored]:
     return fingerprint_and_fit(_WORKER_CTX, parse_program(source), seed, digits)
 
 
+def _apply_job(job: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+    assert _WORKER_CTX is not None
+    fn, args = job
+    return fn(_WORKER_CTX, *args)
+
+
 class FitPool:
     """Fingerprints and fits children in forked workers that share the parent's corpora.
 
@@ -52,12 +58,22 @@ class FitPool:
             ) -> list[tuple[str | None, Scored]]:
         if self.workers == 1 or len(jobs) <= 1 or "fork" not in mp.get_all_start_methods():
             return [fingerprint_and_fit(self.ctx, p, s, digits) for p, s in jobs]
+        return list(self._workers().map(_job, [(p.source, s, digits) for p, s in jobs],
+                                        chunksize=1))
+
+    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """``fn(ctx, *job)`` for every job, results in job order (``fn``: a module-level,
+        pure function; the driver's other parallel work: re-scoring, closed-loop refits)."""
+        if self.workers == 1 or len(jobs) <= 1 or "fork" not in mp.get_all_start_methods():
+            return [fn(self.ctx, *job) for job in jobs]
+        return list(self._workers().map(_apply_job, [(fn, job) for job in jobs], chunksize=1))
+
+    def _workers(self) -> Any:
         if self._pool is None:
             global _WORKER_CTX
             _WORKER_CTX = self.ctx
             self._pool = mp.get_context("fork").Pool(self.workers)
-        return list(self._pool.map(_job, [(p.source, s, digits) for p, s in jobs],
-                                   chunksize=1))
+        return self._pool
 
     def reset(self) -> None:
         """Stop the workers (call after the corpora changed, and at the end)."""

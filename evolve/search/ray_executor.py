@@ -21,7 +21,10 @@ Why Ray and how it is used:
   function of its arguments, so the retry returns what the first attempt would have.
   Exceptions raised by our code are not retried (they would fail again): they stop the
   run, and ``--resume`` continues from the last complete generation.
-* The LLM calls and the archive stay with the driver (only ``map`` is remote).
+* The LLM calls and the archive stay with the driver. Remote: the children (``map``) and
+  the driver's other pure jobs (``apply``: re-scoring the elites after a corpus refresh,
+  the closed-loop refits of the seeds and of the pick), which would otherwise run one
+  after another on the driver while the workers wait.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import pickle
 import socket
 import sys
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +166,12 @@ def _fit_task(static_box: list[Any], corpus_box: list[Any], source: str, seed: i
                                seed, digits)
 
 
+def _apply_task(static_box: list[Any], corpus_box: list[Any], fn: Callable[..., Any],
+                args: tuple[Any, ...]) -> Any:
+    """Any other pure job of the driver's (re-scoring, a closed-loop refit)."""
+    return fn(_context(static_box, corpus_box), *args)
+
+
 def _warm() -> int:
     """Import the fitting code (numba kernels from its cache) before the first child."""
     import evolve.search.judge  # noqa: F401
@@ -195,6 +204,7 @@ class RayExecutor:
         import ray
 
         self._remote = ray.remote(num_cpus=1)(_fit_task)
+        self._apply = ray.remote(num_cpus=1)(_apply_task)
         self._static: Any = None
         self._corpus: tuple[str, Any] | None = None
         cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -229,6 +239,15 @@ class RayExecutor:
             prog, seed = jobs[i]
             refs[i] = task.remote([static], [corpus], prog.source, seed, digits)
         return list(ray.get(refs))
+
+    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
+        if not jobs:
+            return []
+        import ray
+
+        static, corpus = self._refs()
+        task = self._apply.options(max_retries=self.max_retries, retry_exceptions=False)
+        return list(ray.get([task.remote([static], [corpus], fn, job) for job in jobs]))
 
     def reset(self) -> None:
         """Forget the corpus part (the next ``map`` ships the current one)."""

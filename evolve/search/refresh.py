@@ -17,12 +17,18 @@ from typing import Any
 from evolve.archive.models import CorpusVersion
 from evolve.config import Config
 from evolve.errors import ArchiveError
-from evolve.language import Program
+from evolve.language import Program, parse_program
 from evolve.search.books import Books
-from evolve.search.context import RunContext
+from evolve.search.context import RunContext, Scored
 from evolve.search.corpora import refresh, restore_corpora, save_corpora
 from evolve.search.executors import Executor
 from evolve.search.judge import score_program
+
+
+def rescore(ctx: RunContext, source: str, groups: dict[str, dict[str, float]]) -> Scored:
+    """An elite scored on the current corpora with its constants (a pure job for the
+    executor: the elites are re-scored in parallel, not one after another on the driver)."""
+    return score_program(ctx, parse_program(source), groups)
 
 
 def new_corpus(books: Books, ctx: RunContext, cfg: Config, g: int, prog: Program,
@@ -79,9 +85,10 @@ def maybe_refresh(books: Books, ctx: RunContext, cfg: Config, pool: Executor, g:
     rows: list[Any] = [row]
     old = st.grid.elites()
     st.grid = books.new_grid()
-    for e in old:  # re-score every elite on the new corpora with its constants
-        prev = st.info[e.program_id]
-        res = score_program(ctx, prev.program, prev.groups)
+    infos = [st.info[e.program_id] for e in old]
+    # re-score every elite on the new corpora with its constants (in the workers)
+    scores = pool.apply(rescore, [(i.program.source, i.groups) for i in infos])
+    for e, prev, res in zip(old, infos, scores, strict=True):
         rows.append(books.eval_row(g, prev.program, "rescore", "rescore", res))
         books.accept(prev.program, res, e.generation)
     new_best = st.grid.best()

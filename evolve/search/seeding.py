@@ -20,7 +20,7 @@ from evolve.search.books import Books
 from evolve.search.context import RunContext
 from evolve.search.executors import Executor
 from evolve.search.fingerprint import build_probe, fingerprint
-from evolve.search.polish import closed_refit
+from evolve.search.polish import refit_job
 from evolve.search.refresh import new_corpus
 from evolve.search.rng import child_seed
 
@@ -48,9 +48,10 @@ def generation_zero(books: Books, ctx: RunContext, cfg: Config, pool: Executor,
         books.register(prog, 0)
     jobs = [(p, child_seed(cfg.run.seed, 0, i)) for i, (_s, p) in enumerate(seeds)]
     first = [r for _fp, r in pool.map(jobs)]
-    if cfg.fit.seed_polish_evals > 0:
-        first = [closed_refit(ctx, cfg, p, r, cfg.fit.seed_polish_evals, 20_000 + i, 0)
-                 for i, ((_s, p), r) in enumerate(zip(seeds, first, strict=True))]
+    if cfg.fit.seed_polish_evals > 0:  # closed-loop refits of the seeds, in the workers
+        first = [r for _improved, r in pool.apply(refit_job, [
+            (cfg, p.source, r, cfg.fit.seed_polish_evals, 20_000 + i, 0)
+            for i, ((_s, p), r) in enumerate(zip(seeds, first, strict=True))])]
     rows += [books.eval_row(0, p, "seed", f"seed:{s}", r) for (s, p), r in zip(
         seeds, first, strict=True)]
     ok = [(r.loss, p.id, p, r) for (_s, p), r in zip(seeds, first, strict=True) if r.ok]

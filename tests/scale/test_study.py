@@ -1,0 +1,50 @@
+"""``evolve study``: seeds run in parallel, each pick validated, the README's table printed;
+each seed's pick is the one its own run would pick alone; a finished seed is not rerun."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from scale_helpers import tiny_toml
+
+from evolve.cli import main
+
+pytestmark = pytest.mark.real_data  # the tiny search cuts the bundled measured runs
+
+
+def picked(tables) -> str:
+    """The pick of a run's last frontier."""
+    last = max(r["generation"] for r in tables["frontier"])
+    return next(r["program_id"] for r in tables["frontier"]
+                if r["generation"] == last and r["picked"])
+
+
+def check_study_output(text: str, seeds: list[int]) -> None:
+    assert "| run | split | mean E2E | mean TTFT | decode | p99 E2E | failed |" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| llama-2-7b-tp1-codegen |")]
+    assert len(rows) == 1
+    assert re.fullmatch(r"\| [\w.-]+ \| train \|( \d+\.\d \[\d+\.\d, \d+\.\d\] \|){4}"
+                        r" \d+/\d+ \|", rows[0]), rows[0]
+    for s in seeds:
+        assert f"seed {s}: run " in text
+
+
+def test_study_runs_seeds_in_parallel(tmp_path, capsys, sqlite_reference):
+    cfg = tiny_toml(tmp_path / "tiny.toml")
+    out = tmp_path / "study"
+    argv = ["study", "--seeds", "11", "12", "--config", str(cfg), "--out", str(out),
+            "--parallel", "2", "--workers", "1"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    check_study_output(text, [11, 12])
+    summary = json.loads((out / "summary.json").read_text())
+    for seed in (11, 12):
+        _s, ref = sqlite_reference(seed)
+        assert summary["picks"][str(seed)] == picked(ref), f"seed {seed}"
+        assert (out / f"seed-{seed}.db").exists() and (out / f"seed-{seed}.log").exists()
+    # run again: both seeds are done, nothing is searched, the same table is printed
+    assert main(argv) == 0
+    again = capsys.readouterr().out
+    assert "(earlier)" in again and again.split("\n\n", 1)[1] == text.split("\n\n", 1)[1]
