@@ -13,6 +13,7 @@ import numba as nb
 import numpy as np
 
 from evaluator.glossary import FEATURE_INDEX, N_FEATURES, STAT_INDEX
+from evaluator.kernel_interp import kernel_times
 
 # Positions in the architecture vector built by ``Scenario.arch_vector``.
 ARCH_FIELDS: tuple[str, ...] = (
@@ -28,7 +29,8 @@ _US = 1e6  # seconds -> microseconds
 
 @nb.njit(cache=True, fastmath=False)
 def features_into(out: np.ndarray, stats: np.ndarray, arch: np.ndarray) -> None:
-    """Fill ``out[N_FEATURES, n]`` from ``stats[N_STATS, n]`` for one model/GPU ``arch``."""
+    """Fill ``out[N_FEATURES, n]`` from ``stats[N_STATS, n]`` for one model/GPU ``arch``
+    (``ARCH_FIELDS``, then the packed kernel block of :mod:`evaluator.kernels`, if any)."""
     layers = arch[0]
     hidden = arch[1]
     heads = arch[2]
@@ -52,6 +54,9 @@ def features_into(out: np.ndarray, stats: np.ndarray, arch: np.ndarray) -> None:
     attn_scale = 4.0 * layers * (heads / tp) * head_dim
     kv_bytes_tok = 2.0 * layers * kv_heads * head_dim * bpp / tp
     ar_factor = 2.0 * (tp - 1.0) / tp if tp > 1.0 else 0.0
+    n_arch = len(ARCH_FIELDS)
+    measured = arch.shape[0] > n_arch and arch[n_arch] > 0.0
+    kb = arch[n_arch:]
 
     for j in range(out.shape[1]):
         n_pf = stats[0, j]
@@ -92,6 +97,17 @@ def features_into(out: np.ndarray, stats: np.ndarray, arch: np.ndarray) -> None:
         out[17, j] = tp
         out[18, j] = is_moe
         out[19, j] = attn_scale * blis_pf / peak
+        if measured:
+            kg, kd, kp = kernel_times(kb, tokens, bs, n_dc, dc_kv + n_dc, pf_pairs, layers,
+                                      n_exp, topk)
+        else:  # roofline: the slower of compute and memory traffic
+            kg = max(out[0, j] + out[2, j], out[4, j])
+            kd = max(out[3, j], kv_bytes_tok * (dc_kv + n_dc) / bw)
+            kp = max(out[1, j], kv_bytes_tok * pf_ctx / bw)
+        out[20, j] = kg
+        out[21, j] = kd
+        out[22, j] = kp
+        out[23, j] = kg + kd + kp
 
 
 def compute_features(stats: np.ndarray, arch: np.ndarray) -> np.ndarray:
@@ -109,4 +125,5 @@ assert [S[n] for n in ("n_prefill", "n_decode", "prefill_tokens", "decode_tokens
 assert [F[n] for n in ("pf_gemm", "pf_attn", "dc_gemm", "dc_attn", "weight_read", "kv_read",
                        "kv_write", "tp_allreduce", "moe_gemm", "n_prefill", "n_decode",
                        "batch_size", "prefill_tokens", "decode_tokens", "kv_sum", "kv_max",
-                       "layers", "tp", "is_moe", "blis_pf_attn")] == list(range(N_FEATURES))
+                       "layers", "tp", "is_moe", "blis_pf_attn", "k_gemm", "k_dc_attn",
+                       "k_pf_attn", "k_step")] == list(range(N_FEATURES))

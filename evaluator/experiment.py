@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from evaluator.kernels import KernelTables, kernel_block
 from evaluator.scenarios import (
     DataError,
     Hardware,
@@ -230,8 +231,10 @@ def load_scenarios(data: str | os.PathLike[str] | None = None,
             raise DataError(f"{root / 'experiments'}: no experiment named {missing[0]!r}")
         dirs = [known[n] for n in names]
     out = []
+    tables = KernelTables.load(root)
     for p in dirs:
         sc = load_any(p, root)
+        sc = replace(sc, kernels=kernel_block(tables, sc.arch, sc.server.tp, sc.hardware))
         if not is_ingested(p):
             sc.meta.setdefault("model_dir", str(root / "models" / sc.arch.name))
             sc.meta.setdefault("format", "bundled")

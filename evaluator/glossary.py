@@ -49,6 +49,8 @@ N_STATS = len(STATS)
 
 _PEAK = "H100 dense bf16 989.5 TFLOP/s"
 _HBM = "H100 HBM 3.35 TB/s"
+_KERNELS = ("H100 microbenchmarks (data kernels/bench_data), interpolated as docs/kernels.md"
+            " says; roofline max(flops/peak, bytes/bw) where a data directory has none")
 
 # Features a program may read as ``f.<name>``. Times are microseconds on one GPU of the TP
 # group (work divided by tp).
@@ -83,6 +85,17 @@ FEATURES: tuple[Entry, ...] = (
     Entry("is_moe", "0/1", "1 for mixture-of-experts models", "config"),
     Entry("blis_pf_attn", "us", "4 * layers * heads/tp * head_dim * blis_pf_attn / peak_flops"
           " (BLIS trained-physics prefill attention basis)", "BLIS trained_physics_model.go"),
+    Entry("k_gemm", "us", "measured GEMM latency of the step: the model's fused qkv, o,"
+          " gate_up and down projections at prefill_tokens + decode_tokens rows (MoE: expected"
+          " experts hit, each at its share of the tokens) and lm_head at batch_size rows",
+          _KERNELS),
+    Entry("k_dc_attn", "us", "measured decode attention: layers * table(n_decode, mean k_i + 1"
+          " over decode requests)", _KERNELS),
+    Entry("k_pf_attn", "us", "measured prefill attention: layers * table(sqrt(2 *"
+          " pf_attn_pairs)) / tp (one sequence of the same causal work)", _KERNELS),
+    Entry("k_step", "us", "k_gemm + k_dc_attn + k_pf_attn: the step's measured kernel time,"
+          " a floor the real step (plus launch gaps, sampling, all-reduce) stays above",
+          _KERNELS),
 )
 FEATURE_NAMES: tuple[str, ...] = tuple(e.name for e in FEATURES)
 FEATURE_INDEX: dict[str, int] = {n: i for i, n in enumerate(FEATURE_NAMES)}

@@ -169,6 +169,8 @@ class Scenario:
     measured: Measured
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
     scored: np.ndarray | None = field(default=None, compare=False)  # None: every request
+    # Packed measured-kernel curves (evaluator.kernels.kernel_block); empty: roofline.
+    kernels: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False)
 
     @property
     def n_requests(self) -> int:
@@ -182,7 +184,8 @@ class Scenario:
                 "n_experts": a.n_experts, "topk": a.topk, "vocab": a.vocab,
                 "tp": self.server.tp, "peak_flops": h.peak_flops, "hbm_bw": h.hbm_bw,
                 "nvlink_bw": h.nvlink_bw, "bytes_per_param": 2.0}
-        return np.array([float(vals[k]) for k in ARCH_FIELDS], dtype=np.float64)
+        base = np.array([float(vals[k]) for k in ARCH_FIELDS], dtype=np.float64)
+        return np.concatenate([base, np.asarray(self.kernels, dtype=np.float64)])
 
     def head(self, seconds: float) -> Scenario:
         """The same run cut to the requests arriving in the first ``seconds`` (for tests)."""

@@ -184,6 +184,30 @@ def _select(consts: dict, scope: str, infos: dict, name: str) -> dict:
     return keep
 
 
+def _kernels(prog: Any, data: str | None, infos: dict) -> dict:
+    """Measured kernel curves per model, for a program that reads a ``k_*`` feature (they
+    are embedded in the Go file); empty when it reads none or the data has no tables."""
+    import ast
+
+    from evaluator.api import DataError, load_scenarios
+    from evolve.export.go import kernels_from_scenarios
+
+    reads = {n.attr for n in ast.walk(prog.tree) if isinstance(n, ast.Attribute)
+             and isinstance(n.value, ast.Name) and n.value.id == "f"}
+    if not any(r.startswith("k_") for r in reads):
+        return {}
+    try:
+        found = kernels_from_scenarios(load_scenarios(data))
+    except DataError:
+        found = {}
+    if not found:
+        print("warning: the program reads measured-kernel features (k_*) but the data "
+              "directory has no kernel tables; the Go file uses the roofline fallback",
+              file=sys.stderr)
+    return {m: ((*aliases, *(infos[m].aliases if m in infos else ())), block)
+            for m, (aliases, block) in found.items()}
+
+
 def run(args: argparse.Namespace) -> int:
     from evolve.errors import ExportError, UserError
     from evolve.export.go import export_go
@@ -202,8 +226,9 @@ def run(args: argparse.Namespace) -> int:
     if scope == "per_scenario" and len(consts) > 1:
         raise UserError("per_scenario constants: pick one scenario with --model NAME "
                         f"({', '.join(sorted(consts))})")
+    kernels = _kernels(prog, args.data, infos)
     try:
-        text = export_go(prog, consts, scope, infos, meta)
+        text = export_go(prog, consts, scope, infos, meta, kernels)
     except ExportError as exc:
         raise UserError(str(exc)) from None
     if args.output:

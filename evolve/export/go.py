@@ -24,10 +24,11 @@ from evaluator.api import FEATURE_NAMES, FEATURES
 from evolve.errors import ExportError
 from evolve.export.go_body import field_names, function_body
 from evolve.export.go_expr import go_float
+from evolve.export.go_kernels import KERNEL_FUNCS, kernels_lookup
 from evolve.export.go_templates import ARCH_GO, FEATURE_GO, METHODS, MODEL_DECL
 
 __all__ = ["BLIS_COMMIT", "BLIS_REPO", "ExportError", "GroupInfo", "export_go",
-           "groups_from_scenarios", "type_prefix"]
+           "groups_from_scenarios", "kernels_from_scenarios", "type_prefix"]
 
 BLIS_REPO = "github.com/inference-sim/inference-sim"
 BLIS_COMMIT = "f90a1e3a6787da17c2cd463dab6fb2660b1b1760"  # 2026-08-22, read for this exporter
@@ -61,6 +62,19 @@ def groups_from_scenarios(scenarios: Sequence[Any], scope: str) -> dict[str, Gro
         notes.append(f"{sc.name} (tp {sc.server.tp})")
     return {k: GroupInfo(tuple(sorted(a)), "fitted on " + ", ".join(n))
             for k, (a, n) in sorted(acc.items())}
+
+
+def kernels_from_scenarios(scenarios: Sequence[Any]
+                           ) -> dict[str, tuple[tuple[str, ...], list[float]]]:
+    """Per model: (the names BLIS may use, its packed kernel curves), from ``Scenario``s
+    that carry measured curves (``Scenario.kernels`` with flag 1)."""
+    infos = groups_from_scenarios(scenarios, "per_model")
+    out: dict[str, tuple[tuple[str, ...], list[float]]] = {}
+    for sc in scenarios:
+        block = [float(v) for v in sc.kernels]
+        if block and block[0] > 0 and sc.model not in out:
+            out[sc.model] = (infos[sc.model].aliases, block)
+    return out
 
 
 def type_prefix(program_id: str) -> str:
@@ -178,7 +192,9 @@ def _special(name: str, fields: dict[str, str], low: str, what: str) -> tuple[st
 
 def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]],
               scope: str = "global", scenario_info: Mapping[str, GroupInfo] | None = None,
-              meta: Mapping[str, Any] | None = None) -> str:
+              meta: Mapping[str, Any] | None = None,
+              kernels: Mapping[str, tuple[Sequence[str], Sequence[float]]] | None = None
+              ) -> str:
     """Go source (gofmt-clean, ``package latency``) of ``program`` for BLIS.
 
     ``program``: an ``evolve.language.Program`` (or its source text). ``constants_by_group``:
@@ -186,6 +202,8 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
     name per model, the scenario name per scenario); every declared constant needs a value.
     ``scenario_info``: per group, the model names BLIS may use (:class:`GroupInfo`); a group
     without one answers to its own name. ``meta``: lines for the header (run id, scores).
+    ``kernels``: per model, (BLIS names, packed measured kernel curves) to embed
+    (:func:`kernels_from_scenarios`); a model without them gets the roofline fallback.
     """
     prog = _program(program)
     if scope not in SCOPES:
@@ -219,6 +237,8 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
                    if "queueing_time" in fns else None)
 
     lookup, uses_strings = _lookup(prefix, low, scope, fields, constants_by_group, info)
+    kernel_lines = kernels_lookup(low, dict(kernels or {}), _go_string)
+    uses_strings = uses_strings or bool(kernels)
     out_expr, out_doc = _special("output_token_us", fields, low,
                                  "BLIS adds it to every token's ITL and to TTFT")
     post_expr, post_doc = _special("post_decode_us", fields, low, "BLIS adds it to E2E")
@@ -245,8 +265,8 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
     parts: list[str] = [
         *_header(prog, scope, sorted(constants_by_group), meta or {}, prefix), "",
         "package latency", "", "import (", *imports, ")",
-        fill(MODEL_DECL).rstrip("\n"), "", *lookup,
-        fill(METHODS).rstrip("\n"), "",
+        fill(MODEL_DECL).rstrip("\n"), "", *lookup, "", *kernel_lines,
+        fill(METHODS).rstrip("\n"), fill(KERNEL_FUNCS).rstrip("\n"), "",
         f"// {low}StepTime is the program's step_time(f, c) in microseconds.",
         f"func {low}StepTime(f *{prefix}Features, c *{prefix}Consts) float64 {{",
         *("\t" + ln if ln else "" for ln in step_lines), "}", "",
@@ -258,6 +278,8 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
     glossary = {e.name: e for e in FEATURES}
     parts += _struct(f"{prefix}Arch", "is the model and GPU shape, in the order of"
                      " evaluator/components.py ARCH_FIELDS.", list(ARCH_GO))
+    parts[-1:] = ["\t// Kernels is the packed measured kernel curves (evaluator/kernels.py);"
+                  " nil for the", "\t// roofline fallback.", "\tKernels []float64", "}"]
     parts += ["", *_struct(
         f"{prefix}Consts", "are the program's constants (c.<name> in the program).",
         [(g, f"c.{n}") for n, g in fields.items()])]

@@ -9,7 +9,7 @@ one binary (one package directory each), so a test builds once.
 
 Case file (text, whitespace separated), one record per line::
 
-    case <export index> <BLIS model name> <14 arch floats> <n> <n constants>
+    case <export index> <BLIS model name> <na> <na arch floats> <n> <n constants>
     s <n members> <t k s> * n     one step: new tokens, kv_len (ProgressIndex), input len
     q <input tokens> <output tokens>
     bench <iterations>            time StepTime on the case's last step
@@ -199,9 +199,10 @@ func main() {
 		switch f[0] {
 		case "case":
 			idx, _ := strconv.Atoi(f[1])
-			a := floats(f[3:17])
-			n, _ := strconv.Atoi(f[17])
-			c := floats(f[18 : 18+n])
+			na, _ := strconv.Atoi(f[3])
+			a := floats(f[4 : 4+na])
+			n, _ := strconv.Atoi(f[4+na])
+			c := floats(f[5+na : 5+na+n])
 			plain = builders[idx].plain(a, c)
 			zero := sim.LatencyCoeffs{BetaCoeffs: []float64{0, 0, 0}}
 			blis, err = builders[idx].blis(zero, hwConfig(a, f[2]))
@@ -284,6 +285,7 @@ def _builder(i: int, ex: HarnessExport) -> str:
     p, t = f"p{i}", ex.prefix
     return (f"\t{{plain: func(a []float64, c []float64) model {{\n"
             f"\t\tarch := {p}.{t}Arch{{{arch}}}\n"
+            f"\t\tif len(a) > {len(ARCH_GO)} {{\n\t\t\tarch.Kernels = a[{len(ARCH_GO)}:]\n\t\t}}\n"
             f"\t\treturn {p}.New{t}ModelFromArch(arch, {p}.{t}Consts{{{consts}}})\n"
             f"\t}}, blis: func(co sim.LatencyCoeffs, hw sim.ModelHardwareConfig) "
             f"(model, error) {{\n"

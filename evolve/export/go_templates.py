@@ -93,9 +93,9 @@ func New$TModelFromArch(arch $TArch, consts $TConsts) *$TModel {
 
 // New$TModel builds the model from BLIS's configuration: the architecture from
 // hw.ModelConfig, peak FLOP/s and HBM bandwidth from hw.HWConfig, NVLink from
-// $tNVLinkBw, and the constants fitted for hw.Model. A coeffs.BetaCoeffs of exactly
-// $NCONST values, not all zero, replaces the fitted constants (order of $TConsts);
-// AlphaCoeffs is not used.
+// $tNVLinkBw, the measured kernel curves and the constants fitted for hw.Model. A
+// coeffs.BetaCoeffs of exactly $NCONST values, not all zero, replaces the fitted
+// constants (order of $TConsts); AlphaCoeffs is not used.
 func New$TModel(coeffs sim.LatencyCoeffs, hw sim.ModelHardwareConfig) (*$TModel, error) {
 	mc := hw.ModelConfig
 	if hw.TP <= 0 || mc.NumLayers <= 0 || mc.NumHeads <= 0 || mc.HiddenDim <= 0 {
@@ -129,6 +129,7 @@ func New$TModel(coeffs sim.LatencyCoeffs, hw sim.ModelHardwareConfig) (*$TModel,
 	arch.HBMBw = hw.HWConfig.BwPeakTBs * 1e12
 	arch.NVLinkBw = $tNVLinkBw
 	arch.BytesPerParam = bytesPerParam
+	arch.Kernels = $tKernelsFor(hw.Model)
 	consts, err := $tConstsFor(hw.Model)
 	if err != nil {
 		return nil, err
@@ -261,6 +262,16 @@ func (m *$TModel) features(batch []*sim.Request, f *$TFeatures) {
 	f.Tp = a.TP
 	f.IsMoe = d.isMoe
 	f.BlisPfAttn = d.attnScale * blisPf / d.peak
+	if len(a.Kernels) > 0 && a.Kernels[0] > 0.0 {
+		f.KGemm, f.KDcAttn, f.KPfAttn = $tKernelTimes(a.Kernels, tokens, bs, nDc, dcKv+nDc,
+			pfPairs, a.Layers, a.NExperts, a.TopK)
+	} else {
+		// No measured kernels for this model: the roofline, as evaluator/components.py.
+		f.KGemm = math.Max(f.PfGemm+f.DcGemm, f.WeightRead)
+		f.KDcAttn = math.Max(f.DcAttn, d.kvBytesTok*(dcKv+nDc)/d.bw)
+		f.KPfAttn = math.Max(f.PfAttn, d.kvBytesTok*pfCtx/d.bw)
+	}
+	f.KStep = f.KGemm + f.KDcAttn + f.KPfAttn
 }
 
 // $tTicks converts microseconds to BLIS ticks like BLIS's clampToInt64: truncation,
@@ -285,5 +296,6 @@ FEATURE_GO: tuple[tuple[str, str], ...] = (
     ("n_prefill", "NPrefill"), ("n_decode", "NDecode"), ("batch_size", "BatchSize"),
     ("prefill_tokens", "PrefillTokens"), ("decode_tokens", "DecodeTokens"),
     ("kv_sum", "KvSum"), ("kv_max", "KvMax"), ("layers", "Layers"), ("tp", "Tp"),
-    ("is_moe", "IsMoe"), ("blis_pf_attn", "BlisPfAttn"),
+    ("is_moe", "IsMoe"), ("blis_pf_attn", "BlisPfAttn"), ("k_gemm", "KGemm"),
+    ("k_dc_attn", "KDcAttn"), ("k_pf_attn", "KPfAttn"), ("k_step", "KStep"),
 )

@@ -21,6 +21,7 @@ import pytest
 
 from evaluator.components import ARCH_FIELDS, compute_features
 from evaluator.glossary import N_STATS
+from evaluator.kernels import KernelTables, kernel_block
 from evaluator.scenarios import Hardware, ModelArch, data_dir
 from evolve.codegen import step_model
 from evolve.errors import ExportError
@@ -99,6 +100,12 @@ def step_time(f, c):
     max = where(f.kv_sum < 10.0, where1, 2.0)
     return max + where1 + 100.0
 ''',
+    "kernels": '''"""Each measured-kernel feature on its own."""
+CONSTANTS = {"g": (1.0, 0.5, 2.0), "a": (1.5, 0.5, 3.0)}
+
+def step_time(f, c):
+    return c.g * f.k_gemm + c.a * (f.k_dc_attn + f.k_pf_attn) + 0.01 * f.k_step + 50.0
+''',
     "constant_only": '''"""No features at all."""
 CONSTANTS = {"step": (5000.0, 10.0, 1e5)}
 
@@ -113,7 +120,9 @@ def _programs():
     return [(name, parse_program(src)) for name, src in out + sorted(OWN_PROGRAMS.items())]
 
 
-def _arch(model_dir: str, tp: int) -> np.ndarray:
+def _arch(model_dir: str, tp: int, kernels: bool = True) -> np.ndarray:
+    """The arch vector of a model, with its measured kernel block (if the data has tables
+    and ``kernels``), as ``Scenario.arch_vector`` builds it."""
     data = data_dir(None)
     a = ModelArch.load(data / "models" / model_dir / "config.json")
     h = Hardware.load(data / "hardware" / "h100-sxm.json")
@@ -121,7 +130,20 @@ def _arch(model_dir: str, tp: int) -> np.ndarray:
             "head_dim": a.head_dim, "intermediate": a.intermediate, "n_experts": a.n_experts,
             "topk": a.topk, "vocab": a.vocab, "tp": tp, "peak_flops": h.peak_flops,
             "hbm_bw": h.hbm_bw, "nvlink_bw": h.nvlink_bw, "bytes_per_param": 2.0}
-    return np.array([float(vals[k]) for k in ARCH_FIELDS])
+    base = np.array([float(vals[k]) for k in ARCH_FIELDS])
+    if not kernels:
+        return base
+    return np.concatenate([base, kernel_block(KernelTables.load(data), a, tp, h)])
+
+
+def _kernels() -> dict[str, tuple[tuple[str, ...], list[float]]]:
+    """What the export embeds per model: the same blocks as :func:`_arch`."""
+    out = {}
+    for group, model_dir, tp, blis_name in MODELS:
+        block = _arch(model_dir, tp)[len(ARCH_FIELDS):]
+        if block.size and block[0] > 0:
+            out[group] = ((MODEL_IDS[group].lower(), blis_name.lower()), block.tolist())
+    return out
 
 
 def stats_from_members(ptr, new, kv, slen) -> np.ndarray:
@@ -188,6 +210,7 @@ class Harness:
         self.scope: list[str] = []
         self.consts: list[dict[str, np.ndarray]] = []  # group -> c vector
         self.sources: list[str] = []
+        kernels = _kernels()
         for i, (name, prog) in enumerate(self.programs):
             scope = "per_model" if i % 2 == 0 or name == "trained_physics" else "global"
             groups = [m[0] for m in MODELS] if scope == "per_model" else ["global"]
@@ -197,7 +220,8 @@ class Harness:
                      for g, v in cv.items()}
             info = {g: GroupInfo((g, MODEL_IDS[g].lower()), f"test group {g}")
                     for g in groups if g in MODEL_IDS}
-            src = export_go(prog, named, scope, info, {"run": 1, "scores": {"loss": 0.5}})
+            src = export_go(prog, named, scope, info, {"run": 1, "scores": {"loss": 0.5}},
+                            kernels)
             self.sources.append(src)
             fields = field_names(list(prog.const_names))
             self.exports.append(HarnessExport(src, type_prefix(prog.id),
@@ -214,8 +238,9 @@ class Harness:
         lines = []
         for i, group, blis_name, arch, steps, reqs in cases:
             c = self.consts_for(i, group)
-            lines.append(" ".join(["case", str(i), blis_name, *map(repr, map(float, arch)),
-                                   str(len(c)), *map(repr, map(float, c))]))
+            lines.append(" ".join(["case", str(i), blis_name, str(len(arch)),
+                                   *map(repr, map(float, arch)), str(len(c)),
+                                   *map(repr, map(float, c))]))
             lines += [f"s {len(b)} " + " ".join(f"{t} {k} {s}" for t, k, s in b)
                       for b in steps]
             lines += [f"q {a} {b}" for a, b in reqs]
@@ -316,6 +341,13 @@ def test_parity_synthetic(harness, tmp_path):
             ptr = np.cumsum([0] + [len(b) for b in steps])
             flat = np.array([m for b in steps for m in b])
             expect.append((i, group, arch, stats_from_members(ptr, *flat.T), reqs))
+        if harness.scope[i] == "global":  # a model the export has no curves for: roofline
+            arch = _arch("Mixtral-8x7B-v0.1", 2, kernels=False)
+            steps = synthetic_batches(rng, 20)
+            cases.append((i, "global", "someone/unknown-model", arch, steps, []))
+            ptr = np.cumsum([0] + [len(b) for b in steps])
+            flat = np.array([m for b in steps for m in b])
+            expect.append((i, "global", arch, stats_from_members(ptr, *flat.T), []))
     outs = harness.run(tmp_path / "synthetic.txt", cases)
     assert len(outs) == len(expect)
     for (i, group, arch, stats, reqs), out in zip(expect, outs, strict=True):

@@ -72,6 +72,9 @@ def test_bundled_directory_as_inference_perf_source(data_path, tmp_path):
     assert main(["ingest", str(data_path / "experiments" / CODEGEN), "--out", str(out),
                  "--model", str(data_path / "models" / "Llama-2-7b-hf"),
                  "--hardware", "H100"]) == 0
+    (bare,) = load_scenarios(out)
+    assert bare.kernels.tolist() == [0.0] * 5  # no kernel tables there: roofline fallback
+    (out / "kernels").symlink_to((data_path / "kernels").resolve())  # the user adds tables
     (mine,) = load_scenarios(out)
     (ref,) = load_scenarios(data_path, [CODEGEN])
     for field in (*FIELDS, "prefix_group"):
