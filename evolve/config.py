@@ -118,6 +118,10 @@ class FitSection:
     pool_strength: float = _doc(
         0.5, "pooled scope: penalty per unit-box squared distance from the global set, "
         "divided by the model's training runs")
+    prior_strength: float = _doc(
+        0.0, "penalty per unit-box squared distance of a group's constants from the "
+        "program's declared initial values (a prior: seeds declare published coefficients),"
+        " divided by the group's training runs; 0 = off")
     max_evals: int = _doc(300, "loss evaluations per fit (all restarts together)")
     restarts: int = _doc(1, "CMA-ES restarts when a fit fails")
     window_steps: int = _doc(2000, "steps per load stage in the fitting windows")
@@ -267,6 +271,8 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
                                      "a finite number >= 0"),
         "fit.pool_strength": (fin(cfg.fit.pool_strength) and cfg.fit.pool_strength >= 0,
                               "a finite number >= 0"),
+        "fit.prior_strength": (fin(cfg.fit.prior_strength) and cfg.fit.prior_strength >= 0,
+                               "a finite number >= 0"),
     }
     for key, (ok, allowed) in ranges.items():
         if not ok:

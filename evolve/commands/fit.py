@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--polish-evals", type=int, default=0, metavar="N",
                         help="then refine the constants closed loop, N simulations of the "
                              "training runs' stage slices per group (default: 0, off)")
+    parser.add_argument("--prior", type=float, default=0.0, metavar="S",
+                        help="pull the constants towards the program's declared initial "
+                        "values with strength S / (training runs) (default: 0, off)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -128,7 +131,10 @@ def run(args: argparse.Namespace) -> int:
     init_map = const_map(program, {}, ev.scenarios, args.scope)
     version = ev.refresh_corpora(model, init_map, progress=lambda n: say(f"  simulated {n}"))
     t0 = time.perf_counter()
-    res = fit_program(program, ev, train, args.scope, args.seed, args.max_evals, args.restarts)
+    if not (math.isfinite(args.prior) and args.prior >= 0):
+        raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
+    res = fit_program(program, ev, train, args.scope, args.seed, args.max_evals, args.restarts,
+                      prior_strength=args.prior)
     say(f"fitted {len(res.groups)} group(s) in {time.perf_counter() - t0:.2f} s, "
         f"{res.n_evals} evaluations, status {res.status}")
     polish = None
@@ -136,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         from evolve.fitting import closed_loop_fit
 
         polish = closed_loop_fit(program, ev, train, args.scope, args.seed, start=res.groups,
-                                 max_evals=args.polish_evals)
+                                 max_evals=args.polish_evals, prior_strength=args.prior)
         say(f"closed-loop polish: {polish.n_evals} simulations, slice loss "
             f"{_fmt(polish.loss, 4)}, status {polish.status}")
         if polish.status == "ok":

@@ -81,7 +81,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
                     max_evals: int = 200, sigma0: float = SIGMA0, width_s: float = 120.0,
                     warmup_s: float = 30.0,
                     log: Callable[[str], None] | None = None,
-                    pool_strength: float = 0.5) -> FitResult:
+                    pool_strength: float = 0.5, prior_strength: float = 0.0) -> FitResult:
     """Fit constants closed loop on stage slices of ``names``, group by group.
 
     Group ``g`` starts from ``start[g]`` exactly (the program's initial values if absent)
@@ -90,7 +90,9 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
     ``no_improvement`` (also when no valid constants were found: the polish then keeps what
     it had; ``loss`` and that group's ``group_loss`` are ``inf``). Scope ``pooled``: each
     model's group is also shrunk towards ``start["global"]`` (kept as it is) with strength
-    ``pool_strength / (training runs of the model)``, as in the teacher-forced fit.
+    ``pool_strength / (training runs of the model)``, as in the teacher-forced fit; any
+    other group, with ``prior_strength`` > 0, towards the program's declared initial values
+    with strength ``prior_strength / (training runs)`` (the teacher-forced fit's prior).
     """
     sl = slice_evaluator(ev, names, width_s, warmup_s)
     model = step_model(program)
@@ -108,10 +110,12 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
         x_start = (np.array([start[g][k] for k in program.const_names], dtype=np.float64)
                    if start and g in start else init)
         obj: Callable[[np.ndarray], np.ndarray] = SliceObjective(sl, model, members[g])
+        n_runs = len({sl.by_name[s].meta["parent"] for s in members[g]})
         if scope == "pooled" and start and "global" in start:
             centre = np.array([start["global"][k] for k in program.const_names])
-            n_runs = len({sl.by_name[s].meta["parent"] for s in members[g]})
             obj = _Shrunk(obj, Shrink(box, centre, pool_strength / max(n_runs, 1)))
+        elif prior_strength > 0.0:
+            obj = _Shrunk(obj, Shrink(box, init, prior_strength / max(n_runs, 1)))
         m = minimize(obj, box, x_start, seed=seed,
                      label=f"closed:{g}", max_evals=max_evals, sigma0=sigma0,
                      tolerances=TOLERANCES, snap_start=False)

@@ -184,7 +184,8 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
                 seed: int, max_evals: int = DEFAULT_MAX_EVALS,
                 restarts: int = DEFAULT_RESTARTS,
                 probes: Mapping[str, ProbeBatches] | None = None,
-                pool_strength: float = DEFAULT_POOL_STRENGTH) -> FitResult:
+                pool_strength: float = DEFAULT_POOL_STRENGTH,
+                prior_strength: float = 0.0) -> FitResult:
     """Fit ``program``'s constants on the named scenarios' fitting windows.
 
     ``max_evals`` and ``restarts`` are per constant group; group ``g``'s restart ``r``
@@ -197,6 +198,12 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
     there, with :class:`Shrink` of strength ``pool_strength / (training runs of the
     model)``: a model with one training run stays near what all runs say, one with many
     may depart where its data insist.
+
+    ``prior_strength`` > 0: the program's declared initial values are a prior (a seed
+    declares published coefficients, e.g. BLIS's trained physics): each group not shrunk
+    towards the pooled set is pulled towards them by :class:`Shrink` of strength
+    ``prior_strength / (training runs of the group)``, so a coefficient the training runs
+    barely see (the long-context KV read, on short-context runs) keeps its prior value.
     """
     names = list(names)
     if not names:
@@ -226,10 +233,12 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
             if models:
                 terms.append(PhysicsPenalty(model, [probes[k] for k in models], PENALTY))
         start = init
+        n_runs = len({sc.meta.get("parent", sc.name) for sc in members[g]})
         if scope == "pooled" and g != "global":
             start = np.array([groups["global"][k] for k in program.const_names])
-            n_runs = len({sc.meta.get("parent", sc.name) for sc in members[g]})
             terms.append(Shrink(box, start, pool_strength / max(n_runs, 1)))
+        elif prior_strength > 0.0:
+            terms.append(Shrink(box, init, prior_strength / max(n_runs, 1)))
         base = GroupObjective(program, model, evaluator, members[g])
         obj = _Penalised(base, terms) if terms else base
         if program.n_constants == 0:

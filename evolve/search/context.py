@@ -33,6 +33,7 @@ class RunContext:
     max_evals: int
     restarts: int = 1
     pool_strength: float = 0.5
+    prior_strength: float = 0.0
     probe: np.ndarray | None = None  # float64[N_FEATURES, n] fingerprint steps
     slices: Evaluator | None = None  # closed-loop fitness: stage slices of sliceable runs
     slice_parent: dict[str, str] = field(default_factory=dict)  # slice name -> run name
@@ -70,7 +71,8 @@ QUEUE_DOMINATED_TTFT_S = 5.0
 def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunContext:
     """The run context of a config: fitting knobs and, for closed-loop fitness, the slices."""
     ctx = RunContext(evaluator, dict(splits), cfg.fit.scope, cfg.fit.window_steps,
-                     cfg.fit.max_evals, cfg.fit.restarts, cfg.fit.pool_strength)
+                     cfg.fit.max_evals, cfg.fit.restarts, cfg.fit.pool_strength,
+                     cfg.fit.prior_strength)
     if cfg.search.physics == "reject":
         for name in sorted(splits):
             sc = evaluator.by_name[name]

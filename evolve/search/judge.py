@@ -80,7 +80,8 @@ def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:
     """Fit constants on the training runs (CMA-ES), then score on every run."""
     try:
         fit = fit_program(program, ctx.evaluator, ctx.train, ctx.scope, seed, ctx.max_evals,
-                          ctx.restarts, probes=ctx.probes, pool_strength=ctx.pool_strength)
+                          ctx.restarts, probes=ctx.probes, pool_strength=ctx.pool_strength,
+                          prior_strength=ctx.prior_strength)
     except (ArithmeticError, ValueError) as exc:
         return Scored(None, reason=f"fit failed: {type(exc).__name__}: {exc}")
     groups = _clean(fit.groups)

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from evolve.config import Config
-from evolve.fitting import closed_loop_fit
+from evolve.fitting import closed_loop_fit, group_key
 from evolve.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
@@ -27,17 +27,39 @@ from evolve.search.rng import child_seed
 VAL_SLACK = 0.02
 
 
+def declared_groups(ctx: RunContext, prog: Program) -> dict[str, dict[str, float]]:
+    """Every training group of the run at the program's declared initial constants."""
+    init = {k: float(v) for k, v in zip(prog.const_names, prog.init_vector(), strict=True)}
+    keys = {group_key(ctx.evaluator.by_name[n], ctx.scope) for n in ctx.train}
+    if ctx.scope == "pooled":
+        keys.add("global")
+    return {k: dict(init) for k in sorted(keys)}
+
+
 def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals: int,
                  salt: int, g: int) -> Scored:
-    """``res`` or, if better, its constants refitted closed loop on the stage slices."""
+    """``res`` or, if better, its constants refitted closed loop on the stage slices.
+
+    The refit starts from the better (closed loop) of ``res`` and the program's *declared*
+    constants: a seed declares published coefficients (BLIS's trained physics), which
+    price long contexts well, and a teacher-forced fit on short-context batches can land
+    far from them on constants that overload a run closed loop.
+    """
     sliced = sorted(set(ctx.slice_parent.values()) & set(ctx.train))
-    if not res.ok or not sliced:
+    if not sliced:
+        return res
+    declared = score_program(ctx, prog, declared_groups(ctx, prog))
+    if declared.ok and (not res.ok or declared.loss < res.loss):
+        declared.n_evals = res.n_evals
+        res = declared
+    if not res.ok:
         return res
     fit = closed_loop_fit(prog, ctx.evaluator, sliced, ctx.scope,
                           child_seed(cfg.run.seed, g, salt), start=res.groups,
                           max_evals=evals, width_s=cfg.fit.slice_seconds,
                           warmup_s=cfg.fit.slice_warmup_seconds,
-                          pool_strength=ctx.pool_strength)
+                          pool_strength=ctx.pool_strength,
+                          prior_strength=ctx.prior_strength)
     out = score_program(ctx, prog, fit.groups)
     out.n_evals = res.n_evals + fit.n_evals
     # a refit on the training slices must not buy training loss with held-out accuracy

@@ -86,3 +86,16 @@ def test_never_valid_program_reports_no_improvement_and_inf(ev):
     assert r.loss == r.init_loss == float("inf")
     assert set(r.group_loss.values()) == {float("inf")}  # the penalty never leaks out
     assert all(g == {"a": 1.0} for g in r.groups.values())  # nothing beat the start
+
+
+def test_prior_pulls_the_closed_loop_fit_towards_the_declared_constants(ev):
+    """From a far start, a strong prior keeps the fit near the declared (slow) constants."""
+    p = slow_roofline()
+    start = {"global": {k: float(v) * 0.5 for k, v in zip(p.const_names, p.init_vector(),
+                                                          strict=True)}}
+    free = closed_loop_fit(p, ev, ev.names(), "global", seed=5, max_evals=40, **SLICE)
+    held = closed_loop_fit(p, ev, ev.names(), "global", seed=5, max_evals=40, start=start,
+                           prior_strength=1e6, **SLICE)
+    k = "overhead_us"
+    assert free.groups["global"][k] < 20000.0  # the data want far less than 40 ms
+    assert held.groups["global"][k] > free.groups["global"][k]  # the prior pulls back up

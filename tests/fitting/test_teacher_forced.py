@@ -10,7 +10,7 @@ from fit_helpers import ALWAYS_INVALID, seed_program, slow_roofline
 
 from evaluator.api import loss
 from evolve.codegen import step_model
-from evolve.fitting import PENALTY, GroupObjective, const_map, fit_program, group_key
+from evolve.fitting import PENALTY, Box, GroupObjective, const_map, fit_program, group_key
 from evolve.language import Program, parse_program
 
 
@@ -109,3 +109,24 @@ def test_fit_needs_names_and_corpora(refreshed, small_scenarios):
         fit_program(p, refreshed, [], "global", seed=1)
     with pytest.raises(ValueError, match="refresh_corpora"):
         fit_program(p, Evaluator(small_scenarios), [small_scenarios[0].name], "global", 1)
+
+
+def test_prior_holds_constants_near_their_declared_values(refreshed):
+    """``prior_strength``: the declared constants are a prior; the fit trades loss for it."""
+    p = seed_program("trained_physics")
+    names = refreshed.names()
+    box_dist = []
+    fits = []
+    for strength in (0.0, 0.3, 30.0):
+        r = fit_program(p, refreshed, names, "global", seed=11, max_evals=250,
+                        prior_strength=strength)
+        x = np.array([r.groups["global"][n] for n in p.const_names])
+        box = Box(p)
+        box_dist.append(float(((box.to_unit(x) - box.to_unit(p.init_vector())) ** 2).sum()))
+        fits.append(r)
+    assert box_dist[0] > box_dist[1] > box_dist[2]  # stronger prior, closer to the seed
+    assert box_dist[2] < 0.02
+    assert fits[0].loss <= fits[2].loss  # unpenalised fit reaches the lowest training loss
+    again = fit_program(p, refreshed, names, "global", seed=11, max_evals=250,
+                        prior_strength=0.3)
+    assert again.groups == fits[1].groups
