@@ -119,7 +119,7 @@ class FitSection:
         0.5, "pooled scope: penalty per unit-box squared distance from the global set, "
         "divided by the model's training runs")
     prior_strength: float = _doc(
-        0.0, "penalty per unit-box squared distance of a group's constants from the "
+        1.0, "penalty per unit-box squared distance of a group's constants from the "
         "program's declared initial values (a prior: seeds declare published coefficients),"
         " divided by the group's training runs; 0 = off")
     max_evals: int = _doc(300, "loss evaluations per fit (all restarts together)")

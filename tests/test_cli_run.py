@@ -36,6 +36,7 @@ refresh_margin = 0.0
 refresh_gate = false
 [fit]
 scope = "global"
+prior_strength = 0.0
 max_evals = 40
 restarts = 0
 window_steps = 300

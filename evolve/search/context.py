@@ -33,7 +33,7 @@ class RunContext:
     max_evals: int
     restarts: int = 1
     pool_strength: float = 0.5
-    prior_strength: float = 0.0
+    prior_strength: float = 1.0
     probe: np.ndarray | None = None  # float64[N_FEATURES, n] fingerprint steps
     slices: Evaluator | None = None  # closed-loop fitness: stage slices of sliceable runs
     slice_parent: dict[str, str] = field(default_factory=dict)  # slice name -> run name
