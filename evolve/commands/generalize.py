@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from evolve.codegen import step_model
+from evolve.config import FitSection
+from evolve.errors import UserError
 from evolve.reporting import table
 from evolve.targets import load_target
 
@@ -36,10 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="constant scope of the refit (default: global for lomo, "
                         "per_model for lowo; pooled fits per model shrunk to a global set, "
                         "and a held-out model gets the global set)")
+    parser.add_argument("--prior", type=float, default=FitSection.prior_strength,
+                        metavar="S", help="pull constants towards the program's declared "
+                        "values with strength S / (training runs); as fit.prior_strength "
+                        "(default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.prior) and args.prior >= 0):
+        raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
     from evaluator.api import Evaluator, ProbeBatches, probe_batches
     from evolve.fitting import closed_loop_fit, const_map, fit_program
 
@@ -62,11 +71,12 @@ def run(args: argparse.Namespace) -> int:
         for name in train:  # the same physics penalty as the search's fits
             probes.setdefault(ev.by_name[name].model, probe_batches(ev.by_name[name]))
         fit = fit_program(program, ev, train, scope, seed=args.seed, max_evals=args.max_evals,
-                          probes=probes)
+                          probes=probes, prior_strength=args.prior)
         fitted = fit.groups
         if args.polish_evals > 0:
             fitted = closed_loop_fit(program, ev, train, scope, args.seed, start=fitted,
-                                     max_evals=args.polish_evals).groups
+                                     max_evals=args.polish_evals,
+                                     prior_strength=args.prior).groups
         consts = const_map(program, fitted, ev.scenarios, scope)
         sims = ev.simulate(model, consts, names=test)
         out[held] = {n: r.metrics.to_dict() for n, r in sims.items()}
