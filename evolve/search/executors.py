@@ -30,16 +30,21 @@ if TYPE_CHECKING:
 
 EXECUTORS = ("local", "ray")
 Result = tuple[str | None, Scored]  # (fingerprint or None, outcome of the fit and judging)
+OnResult = Callable[[int, Any], None] | None  # called as each job finishes: (job index, result)
 
 
 class Executor(Protocol):
     """What the loop needs from whoever fits its children."""
 
-    def map(self, jobs: Sequence[Job], digits: int | None = None) -> list[Result]:
-        """Fingerprint (if ``digits``), fit and judge every job; results in job order."""
+    def map(self, jobs: Sequence[Job], digits: int | None = None,
+            on_result: OnResult = None) -> list[Result]:
+        """Fingerprint (if ``digits``), fit and judge every job; results in job order.
+        ``on_result(i, result)`` is called in the driver as each job finishes (in any
+        order): the journal keeps finished work that way."""
         ...
 
-    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
+              on_result: OnResult = None) -> list[Any]:
         """``fn(ctx, *job)`` for every job; results in job order. ``fn`` is a module-level
         pure function of the run context (re-scoring elites, closed-loop refits)."""
         ...
