@@ -64,8 +64,8 @@ class RunSection:
     wall_time_s: float = _doc(
         0.0, "stop after the first complete generation past this many seconds; 0 = no limit")
     max_evaluations: int = _doc(0, "stop once this many children were fitted; 0 = no limit")
-    workers: int = _doc(2, "processes fitting children in parallel (1 = in process); at "
-                        "most this machine's CPUs (at least 2) unless force_workers")
+    workers: int = _doc(2, "processes fitting children in parallel (1 = in process); at most "
+                        "this machine's CPUs (at least 2) unless force_workers or executor ray")
     force_workers: bool = _doc(False, "allow more workers than this machine has CPUs")
     progress: bool = _doc(True, "show a progress bar on stderr")
     executor: str = _doc(
@@ -279,7 +279,7 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
                               "a finite number >= 0"),
     }
     cpus = max(2, cpu_count())  # the default (2) is valid everywhere
-    forced = cfg.run.force_workers or (cfg.run.executor == "ray" and cfg.run.ray_address)
+    forced = cfg.run.force_workers or cfg.run.executor == "ray"  # Ray: its own CPU count
     edges = cfg.search.complexity_edges
     ranges |= {
         "run.workers": (1 <= cfg.run.workers <= (10_000 if forced else cpus),

@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-seconds", type=float, metavar="S",
                         help="cut every measured run to its first S seconds (quick demos)")
     parser.add_argument("--workers", type=int, metavar="N",
-                        help="fitting processes (at most this machine's CPUs, unless "
-                        "--force-workers)")
+                        help="fitting processes (local executor: at most this machine's "
+                        "CPUs, unless --force-workers)")
     parser.add_argument("--force-workers", action="store_true",
                         help="allow --workers above this machine's CPU count")
     parser.add_argument("--break-lock", action="store_true",
