@@ -82,6 +82,15 @@ def job_key(*parts: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _safe_key(*parts: Any) -> str | None:
+    """A job's key, or None for a job that cannot be keyed (it is then never journaled:
+    recomputing is always correct, a wrong key never is)."""
+    try:
+        return job_key(*parts)
+    except (TypeError, ValueError):
+        return None
+
+
 class Journal:
     """A run's journal: read once when the run starts, appended to as jobs finish."""
 
@@ -148,22 +157,22 @@ class JournaledExecutor:
 
     def map(self, jobs: Sequence[Job], digits: int | None = None,
             on_result: Callable[[int, Any], None] | None = None) -> list[Result]:
-        keys = [job_key("fit", p.id, seed, digits, self._corpus()) for p, seed in jobs]
+        keys = [_safe_key("fit", p.id, seed, digits, self._corpus()) for p, seed in jobs]
         return self._run(keys, "fit", list(jobs), on_result,
                          lambda todo, done: self.inner.map(todo, digits, on_result=done))
 
     def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
               on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
         name = f"{fn.__module__}.{fn.__qualname__}"
-        keys = [job_key("apply", name, self._corpus(), *job) for job in jobs]
+        keys = [_safe_key("apply", name, self._corpus(), *job) for job in jobs]
         return self._run(keys, f"apply:{fn.__name__}", list(jobs), on_result,
                          lambda todo, done: self.inner.apply(fn, todo, on_result=done))
 
-    def _run(self, keys: list[str], kind: str, jobs: list[Any],
+    def _run(self, keys: list[str | None], kind: str, jobs: list[Any],
              on_result: Callable[[int, Any], None] | None,
              compute: Callable[[list[Any], Callable[[int, Any], None]], list[Any]]
              ) -> list[Any]:
-        out: list[Any] = [self.journal.get(k) for k in keys]
+        out: list[Any] = [None if k is None else self.journal.get(k) for k in keys]
         todo = [i for i, r in enumerate(out) if r is None]
         if on_result is not None:
             for i, r in enumerate(out):
@@ -171,7 +180,9 @@ class JournaledExecutor:
                     on_result(i, r)
 
         def done(j: int, result: Any) -> None:
-            self.journal.put(keys[todo[j]], kind, result)
+            key = keys[todo[j]]
+            if key is not None:
+                self.journal.put(key, kind, result)
             if on_result is not None:
                 on_result(todo[j], result)
 
