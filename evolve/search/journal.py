@@ -103,6 +103,12 @@ class Journal:
         self.writes = 0  # jobs journaled by this process
         self._lock = threading.Lock()
 
+    def committed(self) -> None:
+        """The generation is in the archive (its journal rows went with that commit):
+        forget its entries here too, so memory does not grow with the run."""
+        with self._lock:
+            self._found.clear()
+
     def get(self, key: str) -> Any | None:
         """The journaled result of job ``key``, or None."""
         blob = self._found.get(key)

@@ -149,6 +149,7 @@ class Search:
                          if g == 0 and self.ctx.probe is not None else {})
                 with critical():
                     self.archive.commit_generation(self.run_id, g, rows, **extra)
+                self.journal.committed()
                 st.generations_done = g
                 if self.journal.hits:
                     self.log(f"run {self.run_id} gen {g}: {self.journal.hits} jobs served "
