@@ -178,8 +178,7 @@ def _search(cfg: Config, resume: int | None, report: str | None, break_lock: boo
             if run.config != cfg.stored_dict():  # under the run's lock
                 archive.update_run(resume, config=cfg.stored_dict())
         else:
-            search = Search(cfg, archive)
-        box["run_id"] = search.run_id
+            search = Search(cfg, archive, on_run=lambda rid: box.update(run_id=rid))
         print(f"run {search.run_id}" + (" (resumed)" if resume is not None else "")
               + f" -> {archive.path}", flush=True)  # a URL without its password
         if report:  # evolve.report reads the archive in a thread; the search never sees it

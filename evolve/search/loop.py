@@ -74,8 +74,12 @@ class Search:
     """One run (new or resumed) over one archive."""
 
     def __init__(self, cfg: Config, archive: Archive, run_id: int | None = None,
-                 operator: Operator | None = None, log: Any = None, break_lock: bool = False):
+                 operator: Operator | None = None, log: Any = None, break_lock: bool = False,
+                 on_run: Any = None):
+        """``on_run(run_id)`` is called as soon as the run exists (so a stop signal during
+        the rest of the setup can still name the run to resume)."""
         self.cfg, self.archive = cfg, archive
+        self._on_run = on_run or (lambda _rid: None)
         self.t0 = time.monotonic()
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         if run_id is not None:  # before any work: a second writer of the run stops here
@@ -102,6 +106,7 @@ class Search:
         self.operator = operator or build_operator(cfg, splits)
         self.run_id = run_id if run_id is not None else archive.create_run(
             cfg.run.seed, cfg.stored_dict(), splits, None, lock=True)
+        self._on_run(self.run_id)
         self.ctx = make_context(cfg, self.evaluator, splits)
         self.journal = Journal(archive, self.run_id)
         self.pool = JournaledExecutor(make_executor(self.ctx, cfg), self.journal,
