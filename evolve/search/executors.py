@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evolve.errors import ConfigError
 from evolve.search.context import RunContext, Scored
 from evolve.search.pool import FitPool, Job
 
@@ -61,4 +62,11 @@ def make_executor(ctx: RunContext, cfg: Config | Any) -> Executor:
         from evolve.search.ray_executor import RayExecutor
 
         return RayExecutor(ctx, cfg.run.workers, getattr(cfg.run, "ray_address", ""))
+    from evolve.config import cpu_count
+
+    cap = max(2, cpu_count())  # checked again here, before any process exists: a config
+    if cfg.run.workers > cap and not getattr(cfg.run, "force_workers", False):  # not validated
+        raise ConfigError(f"key 'run.workers' out of range: must be an integer in [1, {cap}] "
+                          "(this machine's CPUs; --force-workers or run.force_workers = true "
+                          "to exceed it)")
     return FitPool(ctx, cfg.run.workers)

@@ -126,3 +126,15 @@ def test_range_errors_state_the_allowed_range(tmp_path, capsys, argv, toml, need
 def test_fit_head_seconds_must_be_finite_and_positive(value, capsys):
     assert main(["fit", "linear", "--head-seconds", value]) == 2
     assert "--head-seconds" in _one_line(capsys)
+
+
+def test_the_executor_checks_the_cap_again_before_any_process_exists():
+    """A config that skipped validation (a library caller) still cannot fork 4096."""
+    from evolve.config import Config
+    from evolve.errors import ConfigError
+    from evolve.search.executors import make_executor
+
+    cfg = Config()
+    cfg.run.workers = 4096  # not validated
+    with pytest.raises(ConfigError, match=r"run.workers' out of range"):
+        make_executor(None, cfg)  # type: ignore[arg-type]
