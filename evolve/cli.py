@@ -2,16 +2,27 @@
 
 Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``. Modules are imported only when their command runs, so ``evolve
---help`` stays fast. Expected errors (``evolve.errors``: bad config, unknown ids, rejected
-programs; ``evaluator.api.DataError``: bad data) are printed as one line, exit code 2.
+--help`` stays fast.
+
+Errors are handled here, once, for every command (so a new command cannot forget it):
+
+* expected errors (:func:`expected_error`: ``evolve.errors``: bad config, unknown ids,
+  rejected programs, archive problems; ``evaluator.api.DataError``: bad data; a database
+  that refuses an operation) are one line, exit code 2;
+* anything else is a bug: one line naming the file the full traceback was written to,
+  exit code 1 (a user should never have to read a traceback, but a maintainer needs one);
+* a reader that leaves early (``| head``) ends quietly (141); Ctrl-C outside a run is 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib
 import os
 import sys
+import tempfile
+import traceback
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
@@ -61,16 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"evolve {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
-    from evaluator.api import DataError
-    from evolve.errors import ExportError, ProgramError, UserError
-
     try:
         code = int(module.run(args) or 0)
         sys.stdout.flush()  # a closed pipe must surface here, not at interpreter exit
         return code
-    except (UserError, DataError, ProgramError, ExportError) as exc:
-        print(f"evolve {name}: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # e.g. `evolve frontier | head -1`: the reader left; say nothing
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is quiet
@@ -78,6 +83,50 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"evolve {name}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # the one place that decides how errors look
+        line = expected_error(exc)
+        if line is not None:
+            print(f"evolve {name}: error: {line}", file=sys.stderr)
+            return 2
+        where = write_traceback(name, argv, exc)
+        print(f"evolve {name}: internal error: {type(exc).__name__}: {_first_line(exc)} "
+              f"(a bug; full traceback in {where})", file=sys.stderr)
+        return 1
+
+
+def expected_error(exc: BaseException) -> str | None:
+    """The one-line message of an expected error, or None for a bug."""
+    from evaluator.api import DataError
+    from evolve.errors import EvolveError
+
+    if isinstance(exc, EvolveError | DataError):
+        return _first_line(exc)
+    if "sqlalchemy" in sys.modules:  # a database that refused (locked, full, gone)
+        from sqlalchemy.exc import OperationalError
+
+        if isinstance(exc, OperationalError):
+            return f"archive database error: {_first_line(getattr(exc, 'orig', None) or exc)}"
+    return None
+
+
+def write_traceback(name: str, argv: list[str], exc: BaseException) -> str:
+    """Write the full traceback of an unexpected error to a file; returns its path."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    text = (f"evolve {' '.join(argv)}\n{stamp} pid {os.getpid()}\n\n"
+            + "".join(traceback.format_exception(exc)))
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"evolve-{name}-{stamp}-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return path
+    except OSError:  # nowhere to write: the traceback goes to stderr after all
+        sys.stderr.write(text)
+        return "stderr above"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 if __name__ == "__main__":

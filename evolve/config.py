@@ -11,8 +11,10 @@ ignored typo ("childrens = 32") would waste a long run.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
+import os
 import re
 import tomllib
 import types
@@ -37,7 +39,7 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
 
 
 # how fast and where, not what is found: left out of the stored config (so runs compare)
-NOT_STORED = ("archive", "workers", "progress", "executor", "ray_address")
+NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
 
 
 def _doc(default: Any, doc: str, **extra: Any) -> Any:
@@ -62,7 +64,9 @@ class RunSection:
     wall_time_s: float = _doc(
         0.0, "stop after the first complete generation past this many seconds; 0 = no limit")
     max_evaluations: int = _doc(0, "stop once this many children were fitted; 0 = no limit")
-    workers: int = _doc(2, "processes fitting children in parallel (1 = in process)")
+    workers: int = _doc(2, "processes fitting children in parallel (1 = in process); at most "
+                        "this machine's CPUs (at least 2) unless force_workers or executor ray")
+    force_workers: bool = _doc(False, "allow more workers than this machine has CPUs")
     progress: bool = _doc(True, "show a progress bar on stderr")
     executor: str = _doc(
         "local", "where children are fitted: local (forked processes) | ray (Ray tasks; "
@@ -185,9 +189,15 @@ class Config:
         return validate(cfg, source)
 
 
-
-
 # ---- validation ---------------------------------------------------------------------------
+def cpu_count() -> int:
+    """CPUs this process may use (its affinity mask, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _type_ok(value: Any, tp: Any) -> bool:
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -274,24 +284,30 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
         "fit.prior_strength": (fin(cfg.fit.prior_strength) and cfg.fit.prior_strength >= 0,
                                "a finite number >= 0"),
     }
+    cpus = max(2, cpu_count())  # the default (2) is valid everywhere
+    forced = cfg.run.force_workers or cfg.run.executor == "ray"  # Ray: its own CPU count
+    edges = cfg.search.complexity_edges
+    ranges |= {
+        "run.workers": (1 <= cfg.run.workers <= (10_000 if forced else cpus),
+                        "an integer in [1, 10000]" if forced else f"an integer in [1, {cpus}] "
+                        "(this machine's CPUs; --force-workers or run.force_workers = true "
+                        "to exceed it)"),
+        "run.generations": (cfg.run.generations >= 0, "an integer >= 0"),
+        "search.children": (cfg.search.children >= 1, "an integer >= 1"),
+        "search.parents_per_child": (cfg.search.parents_per_child >= 1, "an integer >= 1"),
+        "search.complexity_edges": (len(edges) >= 2 and all(
+            b > a for a, b in itertools.pairwise(edges)),
+            "at least two strictly increasing numbers"),
+        "search.pick_tolerance": (fin(cfg.search.pick_tolerance)
+                                  and cfg.search.pick_tolerance >= 1.0, "a finite number >= 1"),
+        "search.complexity_cap": (cfg.search.complexity_cap >= 1, "an integer >= 1"),
+        "search.fingerprint_digits": (1 <= cfg.search.fingerprint_digits <= 17,
+                                      "an integer in [1, 17]"),
+        "fit.max_evals": (cfg.fit.max_evals >= 1, "an integer >= 1"),
+        "fit.window_steps": (cfg.fit.window_steps >= 1, "an integer >= 1")}
     for key, (ok, allowed) in ranges.items():
         if not ok:
             raise ConfigError(f"{source}: key '{key}' out of range: must be {allowed}")
-    positive = {"run.generations": cfg.run.generations >= 0,
-                "run.workers": cfg.run.workers >= 1,
-                "search.children": cfg.search.children >= 1,
-                "search.parents_per_child": cfg.search.parents_per_child >= 1,
-                "search.complexity_edges": len(cfg.search.complexity_edges) >= 2 and all(
-                    b > a for a, b in zip(cfg.search.complexity_edges,
-                                          cfg.search.complexity_edges[1:], strict=False)),
-                "search.pick_tolerance": cfg.search.pick_tolerance >= 1.0,
-                "search.complexity_cap": cfg.search.complexity_cap >= 1,
-                "search.fingerprint_digits": 1 <= cfg.search.fingerprint_digits <= 17,
-                "fit.max_evals": cfg.fit.max_evals >= 1,
-                "fit.window_steps": cfg.fit.window_steps >= 1}
-    for key, ok in positive.items():
-        if not ok:
-            raise ConfigError(f"{source}: key '{key}' out of range")
     if not re.fullmatch(r"data|lomo:.+|lowo:.+", cfg.split.mode):
         raise ConfigError(f"{source}: key 'split.mode' must be data, lomo:<model> or "
                           f"lowo:<workload>; got {cfg.split.mode!r}")
@@ -314,6 +330,12 @@ def load_config(path: str | Path | None = None) -> Config:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{p}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the config file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML (not UTF-8 text: byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML ({exc})") from None
     apply_dict(cfg, data, str(p))

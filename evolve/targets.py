@@ -9,11 +9,50 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
 from evolve.language import Program
+
+
+def parse_stored(source: str, program_id: str, where: str) -> Program:
+    """An archived program's stored source, checked again: a source that no longer passes
+    the checker (the language changed, or the archive was edited) is one line naming the
+    program, never a raw rejection."""
+    from evolve.errors import ProgramError
+    from evolve.language import parse_program
+
+    try:
+        return parse_program(source)
+    except ProgramError as exc:
+        raise UserError(f"{where}: stored program {program_id[:12]} no longer passes the "
+                        f"checker ({exc})") from None
+
+
+def output_file(path: str | Path, flag: str) -> Path:
+    """Check, before any work, that a file can be written at ``path``."""
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"{flag} {out}: is a directory")
+    if not out.parent.is_dir():
+        raise UserError(f"{flag} {out}: directory {out.parent} does not exist")
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UserError(f"{flag} {out}: not writable")
+    return out
+
+
+def output_dir(path: str | Path, flag: str) -> Path:
+    """Create (if needed) and check, before any work, a directory to write files into."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{flag} {out}: cannot create the directory ({exc.strerror})") from None
+    if not os.access(out, os.W_OK):
+        raise UserError(f"{flag} {out}: not writable")
+    return out
 
 
 def infer_scope(groups: dict[str, Any], scenarios: Any) -> str:
@@ -58,5 +97,5 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
         if not evals:
             raise UserError(f"{args.archive}: program {pid[:12]} has no accepted evaluation")
         rows = ar.program(pid, evals[-1].run_id)
-        program = parse_program(rows[0].source)
+        program = parse_stored(rows[0].source, pid, f"archive {args.archive}")
         return program, evals[-1].constants, pid[:12]

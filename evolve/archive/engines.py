@@ -102,14 +102,14 @@ def open_engine(spec: str | Path, create: bool) -> tuple[Engine, str | Path]:
         raise ArchiveError(f"{loc.label}: the database driver {exc.name!r} is not installed "
                            "(PostgreSQL: pip install -e '.[postgres]')") from None
     except (ArgumentError, SQLAlchemyError) as exc:
-        raise ArchiveError(f"{loc.label}: {_first_line(exc)}") from None
+        raise ArchiveError(f"{loc.label}: {first_line(exc)}") from None
     event.listen(engine, "before_cursor_execute", _portable_params, retval=True)
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
     except SQLAlchemyError as exc:
         engine.dispose()
-        raise ArchiveError(f"{loc.label}: cannot connect ({_first_line(exc)})") from None
+        raise ArchiveError(f"{loc.label}: cannot connect ({first_line(exc)})") from None
     if not create and "schema_version" not in tables:
         engine.dispose()
         raise ArchiveError(f"{loc.label}: archive not found (no evolve tables there)")
@@ -139,6 +139,12 @@ def _check_file(path: Path, create: bool) -> None:
         raise ArchiveError(f"{path}: archive not found")
     if not found and not path.parent.is_dir():
         raise ArchiveError(f"{path}: directory {path.parent} does not exist")
+    if not found:  # create it now, so an unwritable directory is named as such
+        try:
+            open(path, "ab").close()
+        except OSError as exc:
+            raise ArchiveError(f"archive {path}: cannot create it in {path.parent} "
+                               f"({exc.strerror}: the directory is read-only?)") from None
     if found:
         with open(path, "rb") as fh:
             if fh.read(16) != SQLITE_MAGIC:
@@ -146,7 +152,7 @@ def _check_file(path: Path, create: bool) -> None:
                                    "corrupt or another file)")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     detail = str(getattr(exc, "orig", None) or exc).strip()
     return detail.splitlines()[0] if detail else type(exc).__name__
 

@@ -13,20 +13,22 @@ would have written.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, inspect, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.archive.engines import open_engine, schema_lock
+from evolve.archive import aux
+from evolve.archive.engines import first_line, open_engine, schema_lock
 from evolve.archive.models import (
     SCHEMA_VERSION,
     Base,
@@ -79,29 +81,60 @@ class Archive:
                 self._check_schema()
         except (SQLAlchemyError, sqlite3.DatabaseError) as exc:
             self.engine.dispose()
-            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            detail = first_line(exc)
+            if _read_only(detail):
+                raise ArchiveError(f"archive {self.path}: read-only, cannot create or "
+                                   f"write it ({detail})") from None
             raise ArchiveError(f"{self.path}: corrupt archive ({detail})") from None
         except ArchiveError:
             self.engine.dispose()
             raise
+        self._aux_ready = False
 
     def _check_schema(self) -> None:
-        """Create the tables in an empty archive; refuse another schema version."""
-        tables = set(inspect(self.engine).get_table_names())
-        if "schema_version" not in tables:
-            if tables:
-                raise ArchiveError(f"{self.path}: not an evolve archive "
-                                   "(no schema_version table)")
+        """Create the tables in an empty archive; refuse another schema version, and an
+        archive that lacks a table or column (damaged, or written by another tool) before
+        any command reads it or any run writes to it."""
+        inspector = inspect(self.engine)
+        tables = set(inspector.get_table_names())
+        if "schema_version" not in tables and tables:
+            raise ArchiveError(f"{self.path}: not an evolve archive (no schema_version table)")
+        versions: list[int] = []
+        if "schema_version" in tables:
+            with self._session() as s:
+                versions = list(s.scalars(select(SchemaVersion.version)))
+        if not versions and not tables - {"schema_version", *Base.metadata.tables}:
+            # new, or its creation was killed before the version row: (re)create it
             Base.metadata.create_all(self.engine)
             with self._session.begin() as s:
                 s.add(SchemaVersion(version=SCHEMA_VERSION))
-        else:
-            with self._session() as s:
-                versions = list(s.scalars(select(SchemaVersion.version)))
-            if versions != [SCHEMA_VERSION]:
-                raise ArchiveError(f"{self.path}: archive schema version "
-                                   f"{versions[0] if versions else '?'}, this evolve "
-                                   f"reads version {SCHEMA_VERSION}")
+            return
+        if versions != [SCHEMA_VERSION]:
+            raise ArchiveError(f"{self.path}: archive schema version "
+                               f"{versions[0] if versions else '?'}, this evolve "
+                               f"reads version {SCHEMA_VERSION}")
+        for name, table in sorted(Base.metadata.tables.items()):
+            if name not in tables:
+                raise ArchiveError(f"archive {self.path}: missing table {name} (damaged, "
+                                   "or changed by another tool); it cannot be used")
+            have = {c["name"] for c in inspector.get_columns(name)}
+            lost = [c.name for c in table.columns if c.name not in have]
+            if lost:
+                raise ArchiveError(f"archive {self.path}: missing column {name}.{lost[0]} "
+                                   "(damaged, or changed by another tool); it cannot be used")
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """A write transaction; a read-only archive is one line, not a traceback."""
+        try:
+            with self._session.begin() as s:
+                yield s
+        except OperationalError as exc:
+            detail = first_line(exc)
+            if _read_only(detail):
+                raise ArchiveError(f"archive {self.path}: read-only, cannot write a run to "
+                                   f"it ({detail})") from None
+            raise
 
     def close(self) -> None:
         self.engine.dispose()
@@ -117,15 +150,22 @@ class Archive:
 
     # ---- runs -------------------------------------------------------------------------
     def create_run(self, seed: int, config: Any, splits: dict[str, str],
-                   probe: bytes | None) -> int:
+                   probe: bytes | None, lock: bool = False) -> int:
+        """A new run's id; with ``lock``, this process holds its run lock from the start."""
         version = code_version()
+        if lock:
+            self.prepare_writer()
         for attempt in range(20):  # another writer may take the same id first: next one
             try:
-                with self._session.begin() as s:
+                with self._writing() as s:
                     next_id = (s.scalar(select(func.max(Run.id))) or 0) + 1
                     s.add(Run(id=next_id, seed=seed, config=config, code_version=version,
                               status="running", generations_done=-1, splits=splits,
                               probe=probe, created_at=utc_now(), finished_at=None))
+                    if lock:
+                        s.flush()
+                        aux.acquire(s, next_id, aux.Holder.me(), utc_now(), False,
+                                    str(self.path))
                 return next_id
             except IntegrityError:
                 time.sleep(0.05 * (attempt + 1))
@@ -150,7 +190,7 @@ class Archive:
         return int(rid)
 
     def update_run(self, run_id: int, **values: Any) -> None:
-        with self._session.begin() as s:
+        with self._writing() as s:
             row = s.get(Run, run_id)
             if row is None:
                 raise ArchiveError(f"{self.path}: no run {run_id}")
@@ -159,14 +199,60 @@ class Archive:
 
     def commit_generation(self, run_id: int, generation: int, rows: Iterable[Base],
                           **run_values: Any) -> None:
-        """Write all rows of one generation and mark it done, in one transaction."""
-        with self._session.begin() as s:
+        """Write all rows of one generation and mark it done, in one transaction (which
+        also drops the journal of the generation: its results are now in the record)."""
+        with self._writing() as s:
             s.add_all(list(rows))
             run = s.get(Run, run_id)
             assert run is not None
             run.generations_done = generation
             for k, v in run_values.items():
                 setattr(run, k, v)
+            if self._aux_ready:
+                aux.forget_through(s, run_id, generation)
+
+    # ---- run locks and the journal (evolve.archive.aux) ------------------------------------
+    def prepare_writer(self) -> None:
+        """Create the lock and journal tables if this archive predates them (a write: a
+        read-only archive fails here, with one line)."""
+        if not self._aux_ready:
+            try:
+                with schema_lock(self.engine):
+                    aux.create_aux_tables(self.engine)
+            except OperationalError as exc:
+                detail = first_line(exc)
+                if _read_only(detail):
+                    raise ArchiveError(f"archive {self.path}: read-only, cannot write a run "
+                                       f"to it ({detail})") from None
+                raise
+            self._aux_ready = True
+
+    def lock_run(self, run_id: int, force: bool = False) -> None:
+        """Hold ``run_id``'s lock until :meth:`unlock_run` (or this process dies)."""
+        self.run(run_id)
+        self.prepare_writer()
+        with self._writing() as s:
+            aux.acquire(s, run_id, aux.Holder.me(), utc_now(), force, str(self.path))
+
+    def unlock_run(self, run_id: int) -> None:
+        if self._aux_ready:
+            with self._writing() as s:
+                aux.release(s, run_id, aux.Holder.me())
+
+    def journal_load(self, run_id: int) -> dict[str, bytes]:
+        """The journaled results of a run's generation in progress (key -> value)."""
+        if not self._aux_ready:
+            return {}
+        with self._session() as s:
+            return aux.journal_rows(s, run_id)
+
+    def journal_put(self, run_id: int, generation: int, key: str, kind: str,
+                    value: bytes) -> None:
+        """Journal one finished job (a key already there is left as it is)."""
+        with self._writing() as s:
+            if s.get(aux.JournalEntry, (run_id, key)) is None:
+                s.add(aux.JournalEntry(run_id=run_id, key=key, generation=generation,
+                                       kind=kind, value=value))
 
     # ---- queries ------------------------------------------------------------------------
     def programs(self, run_id: int) -> list[ProgramRow]:
@@ -275,3 +361,7 @@ class Archive:
                          for row in self.table_rows(name)]
         return out
 
+
+def _read_only(detail: str) -> bool:
+    low = detail.lower()
+    return "readonly" in low or "read-only" in low or "unable to open database" in low

@@ -143,7 +143,7 @@ def _summary(metrics: dict[str, Any] | None) -> dict[str, str]:
 def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
     from evolve.archive import Archive
     from evolve.errors import ArchiveError
-    from evolve.language import parse_program
+    from evolve.targets import parse_stored
 
     with Archive(args.archive, create=False) as archive:
         pid = archive.resolve_id(args.id)
@@ -157,7 +157,7 @@ def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, A
             raise ArchiveError(f"{args.archive}: program {pid[:12]} has no accepted "
                                f"evaluation in run {row.run_id} (nothing fitted to export)")
         ev = accepted[-1]
-    prog = parse_program(row.source)
+    prog = parse_stored(row.source, pid, f"archive {args.archive}")
     scope = str((run.config or {}).get("fit", {}).get("scope", "global"))
     meta: dict[str, Any] = {
         "Archive": f"{Path(args.archive).name}, run {row.run_id} (seed {run.seed}), "
@@ -211,7 +211,10 @@ def _kernels(prog: Any, data: str | None, infos: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     from evolve.errors import ExportError, UserError
     from evolve.export.go import export_go
+    from evolve.targets import output_file
 
+    if args.output:  # an unwritable path is found now, not after the work
+        output_file(args.output, "-o")
     source = _from_file if Path(args.id).is_file() else _from_archive
     prog, consts, scope, meta = source(args)
     infos = group_infos(scope, sorted(consts), model_names(args.data))
@@ -232,7 +235,10 @@ def run(args: argparse.Namespace) -> int:
     except ExportError as exc:
         raise UserError(str(exc)) from None
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"-o {args.output}: cannot write ({exc.strerror})") from None
         print(f"wrote {args.output} ({prog.id[:12]}, {scope}: {', '.join(sorted(consts))})",
               file=sys.stderr)
     else:

@@ -15,10 +15,12 @@ a known program the polish recovers its constants to 0.1 % (tests/ingest).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from evolve.codegen import step_model
@@ -114,9 +116,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--max-evals must be >= 1 and --restarts >= 0")
     if args.polish_evals < 0:
         raise UserError("--polish-evals must be >= 0")
+    if args.head_seconds is not None and not 0 < args.head_seconds < math.inf:
+        raise UserError(f"--head-seconds {args.head_seconds}: out of range, must be a finite "
+                        "number > 0")
     program, path = load_program(args.program)
-    if args.head_seconds is not None and args.head_seconds <= 0:
-        raise UserError("--head-seconds must be positive")
     scenarios = load_scenarios(args.data)
     if args.head_seconds is not None:
         scenarios = [s.head(args.head_seconds) for s in scenarios]
@@ -129,7 +132,10 @@ def run(args: argparse.Namespace) -> int:
         f"complexity {program.complexity}; simulating {len(ev.scenarios)} runs at the "
         "initial constants...")
     init_map = const_map(program, {}, ev.scenarios, args.scope)
-    version = ev.refresh_corpora(model, init_map, progress=lambda n: say(f"  simulated {n}"))
+    _check_finite(program, model, ev, init_map, path, "initial")
+    with _simulating(program, path, "initial"):
+        version = ev.refresh_corpora(model, init_map,
+                                     progress=lambda n: say(f"  simulated {n}"))
     t0 = time.perf_counter()
     if not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
@@ -148,14 +154,18 @@ def run(args: argparse.Namespace) -> int:
         if polish.status == "ok":
             res.groups = polish.groups
     consts = const_map(program, res.groups, ev.scenarios, args.scope)
+    _check_finite(program, model, ev, consts, path, "fitted")
     all_names = ev.names()
     if args.closed_loop:
         say("re-simulating every run closed loop at the fitted constants...")
-        sims = ev.simulate(model, consts, all_names, progress=lambda n: say(f"  simulated {n}"))
+        with _simulating(program, path, "fitted"):
+            sims = ev.simulate(model, consts, all_names,
+                               progress=lambda n: say(f"  simulated {n}"))
         metrics = {n: s.metrics for n, s in sims.items()}
         scoring = "closed loop at the fitted constants"
     else:
-        metrics = ev.score(model, consts, all_names, full=True)
+        with _simulating(program, path, "fitted"):
+            metrics = ev.score(model, consts, all_names, full=True)
         scoring = ("teacher forced on the full corpora (batches simulated at the initial "
                    "constants)")
     fitted = {n: group_key(ev.by_name[n], args.scope) in res.groups for n in all_names}
@@ -198,6 +208,44 @@ def run(args: argparse.Namespace) -> int:
     if not all(fitted.values()):
         print("\n* no fitted constants for this run's group under this scope: initial values")
     return 0
+
+
+def _check_finite(program, model, ev, consts, path: Path, when: str) -> None:
+    """A program whose step time is NaN or infinite cannot be scored: say what is wrong
+    with it (on the synthetic probe batches of each model), not print a table of runs in
+    which no request completed."""
+    import numpy as np
+
+    from evaluator.api import probe_batches
+
+    seen: set[str] = set()
+    for sc in ev.scenarios:
+        if sc.model in seen:
+            continue
+        seen.add(sc.model)
+        probe = probe_batches(sc)
+        n = probe.features.shape[1]
+        with np.errstate(all="ignore"):
+            t = np.broadcast_to(np.asarray(model.vector_fn(probe.features, consts[sc.name]),
+                                           dtype=np.float64), (n,))
+        bad = np.flatnonzero(~np.isfinite(t))
+        if bad.size:
+            j = int(bad[0])
+            raise UserError(f"{path}: program {program.id[:12]}: step_time is "
+                            f"{float(t[j])!r} us on the batch '{probe.label[j]}' "
+                            f"({sc.model}) at its {when} constants; a step time must be a "
+                            "finite number")
+
+
+@contextlib.contextmanager
+def _simulating(program, path: Path, when: str) -> Iterator[None]:
+    """What the simulator refuses in a program (e.g. a negative queueing_time) is the
+    program's fault: one line naming it."""
+    try:
+        yield
+    except (ValueError, ArithmeticError) as exc:
+        raise UserError(f"{path}: program {program.id[:12]} at its {when} constants: "
+                        f"{exc}") from None
 
 
 def _print_constants(program, res) -> None:

@@ -49,11 +49,11 @@ def run(args: argparse.Namespace) -> int:
     from evolve.canonical import canonical_json
     from evolve.config import Config
     from evolve.errors import ArchiveError
-    from evolve.language import parse_program
     from evolve.search.context import make_context
     from evolve.search.corpora import refresh
     from evolve.search.judge import score_program
     from evolve.search.setup import load_evaluator
+    from evolve.targets import parse_stored
 
     with Archive(args.archive, create=False) as archive:
         pid = archive.resolve_id(args.id)
@@ -71,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = Config.from_dict(run_row.config, f"{args.archive} run {rid}")
     if args.data:
         cfg.run.data = args.data
+    where = f"archive {args.archive}"
+    program = parse_stored(sources[pid], pid, where)  # before the (slow) simulations
     ctx = make_context(cfg, load_evaluator(cfg), dict(run_row.splits))
-    program = parse_program(sources[pid])
     if program.id != pid:
         raise ArchiveError(f"program {pid[:12]}: stored source now normalises to "
                            f"{program.id[:12]} (language changed)")
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ArchiveError(f"run {rid}: corpus version {ev.corpus_version} of "
                                    f"generation {ev.generation} is not recorded")
             ctx.window_steps = row.window_steps
-            version, _closed = refresh(ctx, parse_program(sources[row.program_id]),
+            version, _closed = refresh(ctx, parse_stored(sources[row.program_id],
+                                                         row.program_id, where),
                                        row.constants, row.scope)
             if version != row.version:
                 print(f"run {rid} gen {ev.generation}: corpus version {version} != stored "

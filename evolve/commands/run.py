@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ from evolve.errors import UserError
 
 if TYPE_CHECKING:
     from evolve.config import Config
+    from evolve.search.loop import RunSummary
 
 HELP = "run the evolutionary search"
 
@@ -28,7 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continue a run from its last complete generation")
     parser.add_argument("--head-seconds", type=float, metavar="S",
                         help="cut every measured run to its first S seconds (quick demos)")
-    parser.add_argument("--workers", type=int, metavar="N", help="fitting processes")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="fitting processes (local executor: at most this machine's "
+                        "CPUs, unless --force-workers)")
+    parser.add_argument("--force-workers", action="store_true",
+                        help="allow --workers above this machine's CPU count")
+    parser.add_argument("--break-lock", action="store_true",
+                        help="--resume: take over the run's lock from a process on another "
+                        "host that is known to be gone")
     parser.add_argument("--executor", choices=("local", "ray"),
                         help="where children are fitted: local processes (default) or Ray tasks")
     parser.add_argument("--ray-address", metavar="ADDR",
@@ -59,6 +68,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
             out["run"][key] = getattr(args, flag)
     if args.no_progress:
         out["run"]["progress"] = False
+    if args.force_workers:
+        out["run"]["force_workers"] = True
     if args.ray_address and args.executor is None:  # an address means Ray
         out["run"]["executor"] = "ray"
     if args.llm:
@@ -77,7 +88,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
 
 # Keys that may change when resuming: they decide how long and how fast, not what is found.
 RESUMABLE = {"run": {"generations", "data", "archive", "workers", "wall_time_s", "progress",
-                     "executor", "ray_address"},
+                     "executor", "ray_address", "force_workers"},
              "llm": {"base_url", "cassette", "cassette_mode"}}
 
 
@@ -85,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     from evolve.config import Config, apply_dict, load_config, to_toml, validate
 
     over = _overrides(args)
+    if args.break_lock and args.resume is None:
+        raise UserError("--break-lock needs --resume RUN_ID")
     if args.resume is None:
         cfg = load_config(args.config)
         apply_dict(cfg, over, "command line")
@@ -113,32 +126,72 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(to_toml(cfg))
         return 0
-    return _execute(cfg, args.resume, args.report)
+    return _execute(cfg, args.resume, args.report, args.break_lock)
 
 
-def _execute(cfg: Config, resume: int | None, report: str | None = None) -> int:
+def resume_command(cfg: Config, run_id: int, where: str) -> str:
+    """The command line that continues run ``run_id`` where it stopped."""
+    parts = ["evolve", "run", "--resume", str(run_id)]
+    if cfg.run.archive != "archive.db":
+        parts += ["--archive", where]
+    if cfg.run.data:
+        parts += ["--data", cfg.run.data]
+    if cfg.llm.cassette and cfg.llm.cassette_mode != "off":
+        parts += ["--cassette", cfg.llm.cassette, f"--{cfg.llm.cassette_mode}"]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _execute(cfg: Config, resume: int | None, report: str | None = None,
+             break_lock: bool = False) -> int:
     from evaluator.api import data_dir
-    from evolve.archive import Archive
-    from evolve.reporting import num, short
-    from evolve.search.loop import Search
+    from evolve.search.stopping import StopRequested, stop_signals
 
     data_dir(cfg.run.data or None)  # fail on a missing data directory before touching files
+    box: dict[str, object] = {}
+    try:
+        with stop_signals():
+            s = _search(cfg, resume, report, break_lock, box)
+    except StopRequested as stop:
+        where, run_id = box.get("where"), box.get("run_id")
+        if run_id is None:
+            print(f"evolve run: stopped by {stop.name} before the run was created; nothing "
+                  "to resume", file=sys.stderr)
+        else:
+            print(f"evolve run: stopped by {stop.name}; finished work is kept in the journal. "
+                  f"Resume with: {resume_command(cfg, int(str(run_id)), str(where))}",
+                  file=sys.stderr)
+        return stop.exit_code
+    return _summary(cfg, s, str(box["where"]))
+
+
+def _search(cfg: Config, resume: int | None, report: str | None, break_lock: bool,
+            box: dict[str, object]) -> RunSummary:
+    from evolve.archive import Archive
+    from evolve.search.loop import Search
+
     with Archive(cfg.run.archive, create=resume is None) as archive:
-        where = str(archive.path)
+        box["where"] = str(archive.path)
         if resume is not None:
+            box["run_id"] = resume
             run = archive.run(resume)
-            if run.config != cfg.stored_dict():
+            search = Search(cfg, archive, run_id=resume, break_lock=break_lock)
+            if run.config != cfg.stored_dict():  # under the run's lock
                 archive.update_run(resume, config=cfg.stored_dict())
-        search = Search(cfg, archive, run_id=resume)
+        else:
+            search = Search(cfg, archive, on_run=lambda rid: box.update(run_id=rid))
         print(f"run {search.run_id}" + (" (resumed)" if resume is not None else "")
               + f" -> {archive.path}", flush=True)  # a URL without its password
         if report:  # evolve.report reads the archive in a thread; the search never sees it
             from evolve.report import LiveReport
 
             with LiveReport(cfg.run.archive, search.run_id, report):
-                s = search.run()
-        else:
-            s = search.run()
+                return search.run()
+        return search.run()
+
+
+def _summary(cfg: Config, s: RunSummary, where: str) -> int:
+    from evolve.reporting import num, short
+
     print(f"run {s.run_id}: {s.status} after generation {s.generations_done}; "
           f"{s.evaluations} children fitted in {s.elapsed_s:.0f} s; best {short(s.best_id)} "
           f"loss {num(s.best_loss)}; pick {short(s.pick_id)}", flush=True)

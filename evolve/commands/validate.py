@@ -16,7 +16,7 @@ from pathlib import Path
 
 from evolve.codegen import step_model
 from evolve.reporting import table
-from evolve.targets import infer_scope, load_target
+from evolve.targets import infer_scope, load_target, output_dir
 
 HELP = "closed-loop validation of a program against every measured run"
 
@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from evolve.fitting import const_map
     from evolve.validation import plot, summary_lines, table_headers, table_rows, validate
 
+    if not args.no_plots:  # an unwritable --out is found now, not after the simulations
+        output_dir(args.out, "--out")
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)
     names = ev.names(None if args.split == "all" else args.split)

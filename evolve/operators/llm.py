@@ -99,6 +99,10 @@ class LLMOperator:
                          if cfg.cassette_mode != "off" and cfg.cassette else None)
         self._endpoint: Endpoint | None = None
         self._fallback: Operator | None = None
+        # Set by the loop: keeps each finished exchange of the generation in progress
+        # (``exchange(index, hash)`` / ``put_exchange(index, hash, exchange, cached)``),
+        # so replies paid for before a kill are not asked for (and paid) again on resume.
+        self.journal: Any = None
 
     @property
     def fallen_back(self) -> bool:
@@ -176,10 +180,16 @@ class LLMOperator:
         assert plan.request is not None and plan.request_hash is not None
         if self.cassette is not None and self.cassette.mode == "replay":
             return Exchange.from_dict(self.cassette.get(plan.request_hash)), True
+        if self.journal is not None:
+            kept = self.journal.exchange(plan.index, plan.request_hash)
+            if kept is not None:  # answered before the run was interrupted
+                return Exchange.from_dict(kept["exchange"]), bool(kept["cached"])
         assert self._endpoint is not None
         exchange = self._endpoint.complete(plan.request, estimate_tokens)
         if self.cassette is not None and self.cassette.mode == "record":
             self.cassette.put(plan.request_hash, plan.request, exchange.to_dict())
+        if self.journal is not None:
+            self.journal.put_exchange(plan.index, plan.request_hash, exchange.to_dict(), False)
         return exchange, False
 
     # -- results (main thread, request order) ----------------------------------------------

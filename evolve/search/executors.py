@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evolve.errors import ConfigError
 from evolve.search.context import RunContext, Scored
 from evolve.search.pool import FitPool, Job
 
@@ -30,16 +31,21 @@ if TYPE_CHECKING:
 
 EXECUTORS = ("local", "ray")
 Result = tuple[str | None, Scored]  # (fingerprint or None, outcome of the fit and judging)
+OnResult = Callable[[int, Any], None] | None  # called as each job finishes: (job index, result)
 
 
 class Executor(Protocol):
     """What the loop needs from whoever fits its children."""
 
-    def map(self, jobs: Sequence[Job], digits: int | None = None) -> list[Result]:
-        """Fingerprint (if ``digits``), fit and judge every job; results in job order."""
+    def map(self, jobs: Sequence[Job], digits: int | None = None,
+            on_result: OnResult = None) -> list[Result]:
+        """Fingerprint (if ``digits``), fit and judge every job; results in job order.
+        ``on_result(i, result)`` is called in the driver as each job finishes (in any
+        order): the journal keeps finished work that way."""
         ...
 
-    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
+              on_result: OnResult = None) -> list[Any]:
         """``fn(ctx, *job)`` for every job; results in job order. ``fn`` is a module-level
         pure function of the run context (re-scoring elites, closed-loop refits)."""
         ...
@@ -56,4 +62,11 @@ def make_executor(ctx: RunContext, cfg: Config | Any) -> Executor:
         from evolve.search.ray_executor import RayExecutor
 
         return RayExecutor(ctx, cfg.run.workers, getattr(cfg.run, "ray_address", ""))
+    from evolve.config import cpu_count
+
+    cap = max(2, cpu_count())  # checked again here, before any process exists: a config
+    if cfg.run.workers > cap and not getattr(cfg.run, "force_workers", False):  # not validated
+        raise ConfigError(f"key 'run.workers' out of range: must be an integer in [1, {cap}] "
+                          "(this machine's CPUs; --force-workers or run.force_workers = true "
+                          "to exceed it)")
     return FitPool(ctx, cfg.run.workers)

@@ -15,6 +15,12 @@ Why it is shaped this way:
   from ``child_seed(seed, generation, index)``: a resumed run draws exactly what an
   uninterrupted one would. The state carried between generations (grid, elites' constants,
   seen ids and fingerprints, corpus version, refresh bookkeeping) is all in the archive.
+* Finished jobs (fits, closed-loop judgements, LLM exchanges) are journaled as they finish
+  (:mod:`~evolve.search.journal`) and served from there by ``--resume``: a kill loses only
+  the jobs still computing, and the archive is the same as an uninterrupted run's.
+* One process writes a run at a time: it holds the run's lock (``evolve.archive.aux``)
+  from creation or resume until it ends.
+* SIGINT/SIGTERM (:mod:`~evolve.search.stopping`) stop it between two archive writes.
 * Wall time only ever *stops* a run, after a complete generation; it decides nothing else.
 * Selection sees training loss only. Validate/test metrics are stored, never read here.
 """
@@ -37,6 +43,7 @@ from evolve.search.children import evaluate_children
 from evolve.search.context import make_context
 from evolve.search.executors import make_executor
 from evolve.search.fingerprint import probe_bytes, probe_from_bytes
+from evolve.search.journal import Journal, JournaledExecutor
 from evolve.search.parents import choose
 from evolve.search.polish import polish
 from evolve.search.refresh import maybe_refresh, rebuild_corpus
@@ -44,6 +51,7 @@ from evolve.search.rng import PURPOSE_OPERATOR, generation_rng
 from evolve.search.seeding import generation_zero
 from evolve.search.setup import build_operator, load_evaluator, load_seeds
 from evolve.search.state import load_state, snapshot_rows
+from evolve.search.stopping import StopRequested, critical
 
 
 @dataclass
@@ -66,10 +74,26 @@ class Search:
     """One run (new or resumed) over one archive."""
 
     def __init__(self, cfg: Config, archive: Archive, run_id: int | None = None,
-                 operator: Operator | None = None, log: Any = None):
+                 operator: Operator | None = None, log: Any = None, break_lock: bool = False,
+                 on_run: Any = None):
+        """``on_run(run_id)`` is called as soon as the run exists (so a stop signal during
+        the rest of the setup can still name the run to resume)."""
         self.cfg, self.archive = cfg, archive
+        self._on_run = on_run or (lambda _rid: None)
         self.t0 = time.monotonic()
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        if run_id is not None:  # before any work: a second writer of the run stops here
+            archive.lock_run(run_id, force=break_lock)
+        try:
+            self._setup(run_id, operator)
+        except BaseException:
+            locked = run_id if run_id is not None else getattr(self, "run_id", None)
+            if locked is not None:
+                archive.unlock_run(locked)
+            raise
+
+    def _setup(self, run_id: int | None, operator: Operator | None) -> None:
+        cfg, archive = self.cfg, self.archive
         self.evaluator = load_evaluator(cfg)
         self.seeds = load_seeds(cfg)
         if run_id is None:
@@ -81,9 +105,14 @@ class Search:
                 raise ArchiveError(f"run {run_id} used scenario {missing[0]!r}, not in the data")
         self.operator = operator or build_operator(cfg, splits)
         self.run_id = run_id if run_id is not None else archive.create_run(
-            cfg.run.seed, cfg.stored_dict(), splits, None)
+            cfg.run.seed, cfg.stored_dict(), splits, None, lock=True)
+        self._on_run(self.run_id)
         self.ctx = make_context(cfg, self.evaluator, splits)
-        self.pool = make_executor(self.ctx, cfg)  # local processes or Ray tasks
+        self.journal = Journal(archive, self.run_id)
+        self.pool = JournaledExecutor(make_executor(self.ctx, cfg), self.journal,
+                                      lambda: self.evaluator.corpus_version)
+        if hasattr(self.operator, "journal"):  # the LLM operator keeps its replies there
+            setattr(self.operator, "journal", self.journal)  # noqa: B010
         self.books = Books(cfg, self.run_id, self.evaluator)
 
     def run(self) -> RunSummary:
@@ -101,7 +130,11 @@ class Search:
                 rebuild_corpus(books, self.ctx,
                                [r for r in books.state.corpus_rows if r.adopted][-1])
         st = books.state
-        self.archive.update_run(self.run_id, status="running", finished_at=None)
+        if self.journal.loaded:
+            self.log(f"run {self.run_id}: {self.journal.loaded} finished jobs of generation "
+                     f"{start} in the journal")
+        with critical():
+            self.archive.update_run(self.run_id, status="running", finished_at=None)
         status = "finished"
         bar = _progress(cfg, start) if start <= cfg.run.generations else None
         try:
@@ -110,6 +143,7 @@ class Search:
                 if why:
                     status = f"stopped:{why}"
                     break
+                self.journal.generation = g
                 try:
                     rows = self._generation(g)
                 except _Stop as stop:
@@ -118,8 +152,14 @@ class Search:
                 rows += snapshot_rows(self.run_id, g, st.grid, books.frontier())
                 extra = ({"probe": probe_bytes(self.ctx.probe)}
                          if g == 0 and self.ctx.probe is not None else {})
-                self.archive.commit_generation(self.run_id, g, rows, **extra)
+                with critical():
+                    self.archive.commit_generation(self.run_id, g, rows, **extra)
+                self.journal.committed()
                 st.generations_done = g
+                if self.journal.hits:
+                    self.log(f"run {self.run_id} gen {g}: {self.journal.hits} jobs served "
+                             "from the journal")
+                    self.journal.hits = 0
                 if bar is not None:
                     best = st.grid.best()
                     bar.update(1)
@@ -129,17 +169,23 @@ class Search:
                 if cfg.run.wall_time_s > 0 and time.monotonic() - self.t0 > cfg.run.wall_time_s:
                     status = "stopped:wall_time" if g < cfg.run.generations else "finished"
                     break
-        except KeyboardInterrupt:
-            self.archive.update_run(self.run_id, status="interrupted")
+        except (KeyboardInterrupt, StopRequested):
+            self.pool.reset()  # the workers stop computing before the archive is written
+            with critical():
+                self.archive.update_run(self.run_id, status="interrupted")
+                self.archive.unlock_run(self.run_id)
             raise
         except Exception:
             self.archive.update_run(self.run_id, status="failed")
+            self.archive.unlock_run(self.run_id)
             raise
         finally:
             self.pool.reset()
             if bar is not None:
                 bar.close()
-        self.archive.update_run(self.run_id, status=status, finished_at=utc_now())
+        with critical():
+            self.archive.update_run(self.run_id, status=status, finished_at=utc_now())
+            self.archive.unlock_run(self.run_id)
         best, pick = st.grid.best(), books.frontier().pick()
         return RunSummary(self.run_id, status, st.generations_done, st.n_fitted,
                           best.program_id if best else None,

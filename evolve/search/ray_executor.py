@@ -224,11 +224,11 @@ class RayExecutor:
             self._corpus = (key, ray.put(blob))
         return self._static, self._corpus[1]
 
-    def map(self, jobs: Sequence[Job], digits: int | None = None
+    def map(self, jobs: Sequence[Job], digits: int | None = None,
+            on_result: Callable[[int, Any], None] | None = None
             ) -> list[tuple[str | None, Scored]]:
         if not jobs:
             return []
-        import ray
 
         static, corpus = self._refs()
         task = self._remote.options(max_retries=self.max_retries, retry_exceptions=False)
@@ -238,18 +238,35 @@ class RayExecutor:
         for i in order:
             prog, seed = jobs[i]
             refs[i] = task.remote([static], [corpus], prog.source, seed, digits)
-        return list(ray.get(refs))
+        return _gather(refs, on_result)
 
-    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
+              on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
         if not jobs:
             return []
-        import ray
-
         static, corpus = self._refs()
         task = self._apply.options(max_retries=self.max_retries, retry_exceptions=False)
-        return list(ray.get([task.remote([static], [corpus], fn, job) for job in jobs]))
+        return _gather([task.remote([static], [corpus], fn, job) for job in jobs], on_result)
 
     def reset(self) -> None:
         """Forget the corpus part (the next ``map`` ships the current one)."""
         self._corpus = None
         self._warming = []
+
+
+def _gather(refs: list[Any], on_result: Callable[[int, Any], None] | None) -> list[Any]:
+    """Results in job order; ``on_result`` as each task finishes (the journal)."""
+    import ray
+
+    if on_result is None:
+        return list(ray.get(refs))
+    index = {ref: i for i, ref in enumerate(refs)}
+    out: list[Any] = [None] * len(refs)
+    waiting = list(refs)
+    while waiting:
+        ready, waiting = ray.wait(waiting, num_returns=1)
+        for ref in ready:
+            i = index[ref]
+            out[i] = ray.get(ref)
+            on_result(i, out[i])
+    return out

@@ -74,3 +74,34 @@ def test_server_archive_errors_are_one_line(pg):
         Archive(bad)
     assert "secret" not in str(err.value)
     assert main(["frontier", "--archive", url]) == 2
+
+
+def test_run_lock_and_journal_on_postgres(pg):
+    """The run lock and the journal are rows, so a server archive has them too: a second
+    writer is refused naming the holder; a dead holder's lock is taken over."""
+    import socket
+
+    from evolve.archive.aux import RunLock, RunLocked
+    from evolve.archive.store import utc_now
+
+    url = pg.create_database("locks", icu=False)
+    with Archive(url) as ar:
+        rid = ar.create_run(1, {}, {}, None, lock=True)
+        ar.journal_put(rid, 0, "k", "fit", b"\x00result")
+        assert ar.journal_load(rid) == {"k": b"\x00result"}
+        ar.commit_generation(rid, 0, [])
+        assert ar.journal_load(rid) == {}  # the journal of a committed generation is gone
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            with ar.session() as s, s.begin():
+                s.merge(RunLock(run_id=rid, pid=sleeper.pid, host=socket.gethostname(),
+                                acquired_at=utc_now()))
+            with pytest.raises(RunLocked, match=f"pid {sleeper.pid} on this host"):
+                ar.lock_run(rid)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        ar.lock_run(rid)  # its holder is gone: taken over
+        ar.unlock_run(rid)
+        with ar.session() as s:
+            assert s.get(RunLock, rid) is None

@@ -14,7 +14,7 @@ from evolve.errors import CassetteError, ProgramError
 from evolve.language import parse_program
 from evolve.operators.cassette import load_entries
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HUGE = "9" * 400
 
 

@@ -1,0 +1,90 @@
+"""SIGINT and SIGTERM during a run: stop promptly, but never in the middle of a write.
+
+Why not the default behaviour: SIGTERM killed the run with the shell's "Terminated" and
+no word from evolve, and a KeyboardInterrupt can land anywhere, including inside the
+transaction that journals a finished fit. Here, while :func:`stop_signals` is active, a
+signal raises :class:`StopRequested` in the main thread at the next Python instruction,
+unless the main thread is inside :func:`critical` (an archive write); then it is raised
+when the write has finished. Everything a run finished is journaled as it finishes
+(:mod:`evolve.search.journal`), so stopping loses only the jobs still computing; the
+command prints how to resume and exits 128 + the signal number (130, 143).
+
+Worker processes ignore SIGINT (a terminal's Ctrl-C reaches the whole process group):
+the driver decides when to stop, and terminates them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequested(BaseException):
+    """A stop signal arrived; a ``BaseException`` so that no ``except Exception`` in the
+    loop mistakes it for a failed job."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+_critical_depth = 0
+_pending: int | None = None
+
+
+def _handler(signum: int, _frame: FrameType | None) -> None:
+    global _pending
+    if _critical_depth > 0:
+        _pending = signum
+        return
+    raise StopRequested(signum)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """Turn SIGINT/SIGTERM into :class:`StopRequested` for the duration (main thread
+    only; elsewhere this does nothing)."""
+    global _pending
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _handler) for s in SIGNALS}
+    _pending = None
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def critical() -> Iterator[None]:
+    """A section a stop signal must not interrupt (its signal is raised at the end)."""
+    global _critical_depth, _pending
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _critical_depth += 1
+    try:
+        yield
+    finally:
+        _critical_depth -= 1
+        if _critical_depth == 0 and _pending is not None:
+            signum, _pending = _pending, None
+            raise StopRequested(signum)
+
+
+def worker_signals() -> None:
+    """In a worker process: ignore SIGINT, die on SIGTERM (the driver decides)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -1,0 +1,140 @@
+"""Commands given bad programs, bad paths and bad settings: one line, exit 2, and before
+the work (issue 17, items 7 and 8)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from evolve.cli import main
+
+HUGE = "9" * 400
+NEGATIVE_QUEUE = '''CONSTANTS = {"a": (1000.0, 1.0, 10000.0)}
+
+def step_time(f, c):
+    return c.a + f.batch_size
+
+def queueing_time(r, c):
+    return 0.0 - c.a
+'''
+NAN_STEP = '''CONSTANTS = {"a": (1000.0, 1.0, 10000.0)}
+
+def step_time(f, c):
+    return c.a * log(f.batch_size - f.batch_size)
+'''
+
+
+def _one_line(capsys) -> str:
+    """The one error line (progress lines of ``fit`` may precede it)."""
+    text = capsys.readouterr().err
+    err = [ln for ln in text.splitlines() if ln.startswith("evolve ")]
+    assert len(err) == 1 and "Traceback" not in text, text
+    return err[0]
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("text, needle", [
+    (NEGATIVE_QUEUE, "queueing_time is not finite and non-negative"),
+    (NAN_STEP, "step_time is -inf us on the batch"),
+])
+def test_fit_says_what_is_wrong_with_the_program(tmp_path, capsys, text, needle):
+    path = tmp_path / "p.py"
+    path.write_text(text)
+    assert main(["fit", str(path), "--head-seconds", "5"]) == 2
+    line = _one_line(capsys)
+    assert needle in line and str(path) in line
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("command", [["replay"], ["validate", "--no-plots"], ["export-go"],
+                                     ["show"]])
+def test_a_stored_source_that_no_longer_passes_the_checker(finished, command, capsys):
+    con = sqlite3.connect(finished)
+    pid = con.execute("SELECT program_id FROM frontier LIMIT 1").fetchone()[0]
+    con.execute("UPDATE programs SET source = source || ' + " + HUGE + "' WHERE id = ?",
+                (pid,))
+    con.commit()
+    con.close()
+    code = main([command[0], pid[:12], "--archive", str(finished), *command[1:]])
+    if command[0] == "show":  # show prints the stored text; it never compiles it
+        assert code == 0
+        return
+    assert code == 2
+    line = _one_line(capsys)
+    assert f"stored program {pid[:12]} no longer passes the checker" in line
+
+
+@pytest.mark.real_data
+def test_export_go_to_a_missing_directory_fails_before_the_work(finished, capsys):
+    assert main(["export-go", "0", "--archive", str(finished), "-o",
+                 "/nonexistent_dir/x.go"]) == 2
+    assert "directory /nonexistent_dir does not exist" in _one_line(capsys)
+
+
+@pytest.mark.real_data
+def test_validate_to_an_unwritable_out_fails_before_the_work(finished, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    t0 = time.monotonic()
+    assert main(["validate", "0", "--archive", str(finished), "--out",
+                 str(blocker / "plots")]) == 2
+    assert "--out" in _one_line(capsys)
+    assert time.monotonic() - t0 < 5  # nothing was simulated
+
+
+@pytest.mark.parametrize("make", ["directory", "latin-1"])
+def test_a_config_that_is_a_directory_or_not_utf8(tmp_path, make, capsys):
+    path = tmp_path / "c.toml"
+    if make == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes("[run]\nseed = 1 # caf\xe9\n".encode("latin-1"))
+    assert main(["run", "--config", str(path), "--archive", str(tmp_path / "a.db")]) == 2
+    line = _one_line(capsys)
+    assert str(path) in line and ("directory" in line or "UTF-8" in line)
+    assert not (tmp_path / "a.db").exists()
+
+
+def test_workers_are_capped_at_the_cpu_count_unless_forced(tmp_path, capsys):
+    # --print-config: checked like a run, but a checker that lets it through forks nothing
+    assert main(["run", "--workers", "4096", "--print-config"]) == 2
+    line = _one_line(capsys)
+    assert "run.workers' out of range: must be an integer in [1, " in line
+    assert "--force-workers" in line
+    assert main(["run", "--workers", "64", "--force-workers", "--print-config"]) == 0
+    assert "workers = 64" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, toml, needle", [
+    (["--wall-time", "-5"], "", "run.wall_time_s' out of range: must be a finite number >= 0"),
+    ([], "[fit]\nslice_seconds = nan\n", "fit.slice_seconds' out of range: must be a finite"),
+    ([], "[search]\nchildren = 0\n", "search.children' out of range: must be an integer >= 1"),
+])
+def test_range_errors_state_the_allowed_range(tmp_path, capsys, argv, toml, needle):
+    extra = []
+    if toml:
+        (tmp_path / "c.toml").write_text(toml)
+        extra = ["--config", str(tmp_path / "c.toml")]
+    assert main(["run", *argv, *extra, "--archive", str(tmp_path / "a.db")]) == 2
+    assert needle in _one_line(capsys)
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("value", ["inf", "nan", "-1"])
+def test_fit_head_seconds_must_be_finite_and_positive(value, capsys):
+    assert main(["fit", "linear", "--head-seconds", value]) == 2
+    assert "--head-seconds" in _one_line(capsys)
+
+
+def test_the_executor_checks_the_cap_again_before_any_process_exists():
+    """A config that skipped validation (a library caller) still cannot fork 4096."""
+    from evolve.config import Config
+    from evolve.errors import ConfigError
+    from evolve.search.executors import make_executor
+
+    cfg = Config()
+    cfg.run.workers = 4096  # not validated
+    with pytest.raises(ConfigError, match=r"run.workers' out of range"):
+        make_executor(None, cfg)  # type: ignore[arg-type]

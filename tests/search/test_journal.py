@@ -1,0 +1,48 @@
+"""The journal's keys and its guard against a tampered archive."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+
+from evolve.archive import Archive
+from evolve.config import Config
+from evolve.search.context import Scored
+from evolve.search.journal import Journal, job_key
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch " + os.environ["EVOLVE_TEST_PWNED"],))
+
+
+def test_keys_depend_on_content_only():
+    a = Scored({"global": {"x": 1.5}}, {"run": {"ape": {"e2e": 0.25}}}, 0.125, 40)
+    b = Scored({"global": {"x": np.float64(1.5)}}, {"run": {"ape": {"e2e": 0.25}}}, 0.125, 40)
+    assert job_key("apply", Config(), "src", a) == job_key("apply", Config(), "src", b)
+    c = Config()
+    c.run.workers = 1  # not stored with a run: cannot change a result
+    assert job_key(Config()) == job_key(c)
+    c.run.seed = 8
+    assert job_key(Config()) != job_key(c)
+    assert job_key("fit", "id", 1, None, "v1") != job_key("fit", "id", 1, None, "v2")
+
+
+def test_a_journal_entry_that_is_not_a_result_is_ignored_not_run(tmp_path, monkeypatch):
+    flag = tmp_path / "pwned"
+    monkeypatch.setenv("EVOLVE_TEST_PWNED", str(flag))
+    with Archive(tmp_path / "j.db") as ar:
+        rid = ar.create_run(1, {}, {}, None, lock=True)
+        good = Scored({"global": {"x": 1.0}}, {}, 0.5, 3)
+        ar.journal_put(rid, 0, "good", "fit", pickle.dumps(("fp", good)))
+        ar.journal_put(rid, 0, "evil", "fit", pickle.dumps(_Evil()))
+        journal = Journal(ar, rid)
+        assert journal.loaded == 2
+        fp, back = journal.get("good")
+        assert fp == "fp" and repr(back) == repr(good)
+        assert journal.get("evil") is None  # recomputed instead
+        assert not flag.exists()
+        ar.commit_generation(rid, 0, [])
+        assert Journal(ar, rid).loaded == 0  # a committed generation's journal is dropped
