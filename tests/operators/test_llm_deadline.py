@@ -87,3 +87,51 @@ def test_connection_refused_is_retried_then_falls_back(serve):
     assert all(p.llm_call["status"] == "unreachable" for p in props)
     assert all(p.llm_call["attempts"] == 3 for p in props)
     assert op.fallen_back
+
+
+def test_fallback_offline_operator_keeps_the_runs_complexity_cap(serve):
+    from evolve.config import Config
+    from evolve.search.setup import build_operator
+
+    server = serve(lambda req, n: Reply(status=503))
+    cfg = Config()
+    cfg.operator.kind = "llm"
+    cfg.search.complexity_cap = 12
+    cfg.llm = config(server, retries=0)
+    op = build_operator(cfg, {})
+    props = op.propose([make_parent()], [], np.random.default_rng(3), 2)
+    assert op.fallen_back and all(p.source is None for p in props)
+    assert op._fallback.max_complexity == 12
+    children = op.propose([make_parent()], [], np.random.default_rng(4), 3)
+    assert all(p.operator.startswith("offline:") for p in children)
+
+
+def test_llm_check_reports_whether_the_grammar_is_honoured(serve, capsys):
+    from evolve.cli import main
+
+    def obeys(req, n):  # a server that honours the probe's grammar
+        return Reply(content="evolve-042" if "grammar" in req else "pong")
+
+    for responder, honoured in ((obeys, True), (lambda req, n: Reply(content="Sunny."), False)):
+        server = serve(responder)
+        assert main(["llm-check", "--llm", "test-model", "--llm-base-url", server.base_url,
+                     "--constrain", "gbnf"]) == 0
+        out = capsys.readouterr().out
+        assert ("grammar   gbnf: honoured" in out) is honoured, out
+        assert server.requests[-1]["grammar"].startswith("root ::=")
+
+
+def test_constrained_requests_carry_the_grammar_and_their_own_cassette_key(serve):
+    seen = []
+
+    def responder(req, n):
+        seen.append(req)
+        return good_responder(req, n)
+
+    server = serve(responder)
+    for mode in ("gbnf", "vllm"):
+        _, (p,) = propose(config(server, constrain=mode))
+        assert p.source is not None
+    gbnf_req, vllm_req = seen
+    assert gbnf_req["grammar"].startswith("root ::=") and "structured_outputs" not in gbnf_req
+    assert vllm_req["structured_outputs"]["grammar"].startswith("start:")
