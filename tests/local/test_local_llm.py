@@ -130,7 +130,11 @@ polish_evals = 4
     assert out.returncode == 0, out.stderr[-2000:]
     db = sqlite3.connect(archive)
     calls = db.execute("select status, error from llm_calls").fetchall()
-    fitted = db.execute("select e.program_id from evaluations e join programs p on "
+    # kind 'child' = parsed, checked and fitted (it may still fail the physics checks or be
+    # worse than its parent: that is the search's verdict, not the operator's)
+    fitted = db.execute("select e.program_id, e.loss from evaluations e join programs p on "
                         "p.id = e.program_id and p.run_id = e.run_id where e.kind = 'child' "
-                        "and e.status = 'accepted' and p.operator like 'llm:%'").fetchall()
-    assert calls and fitted, (calls, db.execute("select reason from evaluations").fetchall())
+                        "and e.loss is not null and e.loss < 1e300 "
+                        "and p.operator like 'llm:%'").fetchall()
+    assert calls and fitted, (calls, db.execute("select kind, operator, reason from "
+                                                "evaluations").fetchall())
