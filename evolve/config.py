@@ -40,6 +40,10 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
 
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
+# [llm] keys added after archives existed (issue 16): stored only when set, so a run that
+# does not use them stores the same configuration (and archive digest) as before.
+LLM_STORED_WHEN_SET: dict[str, Any] = {"constrain": "off", "prompt_profile": "auto",
+                                       "context_tokens": None, "gguf": None}
 
 
 def _doc(default: Any, doc: str, **extra: Any) -> Any:
@@ -180,6 +184,9 @@ class Config:
         d = self.to_dict()
         for key in NOT_STORED:
             del d["run"][key]
+        for key, default in LLM_STORED_WHEN_SET.items():
+            if d["llm"].get(key) == default:
+                del d["llm"][key]
         return d
 
     @classmethod
@@ -376,30 +383,3 @@ def to_toml(cfg: Config) -> str:
             out.append(f"{f.name} = {rendered}" if rendered is not None else
                        f"# {f.name} = (unset)")
     return "\n".join(out) + "\n"
-
-
-# ---- splits -------------------------------------------------------------------------------
-SPLITS = ("train", "validate", "test")
-
-
-def assign_splits(scenarios: typing.Sequence[Any], mode: str) -> dict[str, str]:
-    """Scenario name -> train / validate / test under the configured split.
-
-    ``data`` keeps each experiment's own split. ``lomo:<model>`` / ``lowo:<workload>`` hold
-    out every run of that model / workload as ``test``; of the others, the data's train
-    runs train and the rest validate, so validation stays out of fitting in every mode.
-    """
-    if mode == "data":
-        out = {s.name: s.split for s in scenarios}
-    else:
-        kind, _, value = mode.partition(":")
-        attr = "model" if kind == "lomo" else "workload"
-        known = sorted({getattr(s, attr) for s in scenarios})
-        if value not in known:
-            raise ConfigError(f"split.mode {mode!r}: no run has {attr} {value!r} "
-                              f"(known: {', '.join(known)})")
-        out = {s.name: "test" if getattr(s, attr) == value else
-               ("train" if s.split == "train" else "validate") for s in scenarios}
-    if "train" not in out.values():
-        raise ConfigError(f"split.mode {mode!r}: no training runs among the loaded scenarios")
-    return out

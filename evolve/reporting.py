@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evolve.config import SPLITS
+from evolve.splits import SPLITS
 
 ID_LEN = 12
 

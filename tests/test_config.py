@@ -12,11 +12,11 @@ from evolve.config import (
     Config,
     ConfigError,
     apply_dict,
-    assign_splits,
     load_config,
     to_toml,
     validate,
 )
+from evolve.splits import assign_splits
 
 
 def test_every_field_is_documented():

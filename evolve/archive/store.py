@@ -345,6 +345,20 @@ class Archive:
                 LLMCall.run_id == run_id)).one()
         return int(tok), float(cost)
 
+    def llm_fallback_generation(self, run_id: int) -> int | None:
+        """The first generation whose LLM calls *all* failed at the endpoint (unreachable
+        or rejected): where an LLM run with ``on_failure = "offline"`` switched to the
+        offline operator. None if it never did."""
+        with self.session() as s:
+            rows = s.execute(select(LLMCall.generation, LLMCall.status)
+                             .where(LLMCall.run_id == run_id)).all()
+        by_gen: dict[int, list[str]] = {}
+        for generation, status in rows:
+            by_gen.setdefault(int(generation), []).append(str(status))
+        failed = sorted(g for g, st in by_gen.items()
+                        if all(x in ("unreachable", "rejected") for x in st))
+        return failed[0] if failed else None
+
     def table_rows(self, table: str) -> list[dict[str, Any]]:
         """Every row of a table as dicts in primary-key order (tests, comparisons)."""
         tbl = Base.metadata.tables[table]

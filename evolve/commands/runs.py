@@ -23,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
             best = min(front, key=lambda f: (f.loss, f.program_id), default=None)
             pick = next((f for f in front if f.picked), None)
             cfg = r.config or {}
+            fell = (archive.llm_fallback_generation(r.id)
+                    if cfg.get("operator", {}).get("kind") == "llm" else None)
             out.append({"id": r.id, "seed": r.seed, "status": r.status,
                         "generations_done": r.generations_done,
                         "generations": cfg.get("run", {}).get("generations"),
@@ -32,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
                         "best_loss": best.loss if best else None,
                         "pick_id": pick.program_id if pick else None,
                         "created_at": r.created_at, "finished_at": r.finished_at,
-                        "code_version": r.code_version})
+                        "code_version": r.code_version, "llm_fallback_generation": fell})
     if args.json:
         print_json(out)
         return 0
@@ -46,4 +48,9 @@ def run(args: argparse.Namespace) -> int:
              short(o["best_id"]), short(o["pick_id"]), o["created_at"], o["code_version"]]
             for o in out]
     print(table(headers, rows, right=(0, 1, 3, 5, 6)))
+    for o in out:
+        if o["llm_fallback_generation"] is not None:
+            print(f"run {o['id']}: the LLM endpoint failed in generation "
+                  f"{o['llm_fallback_generation']}; later children came from the offline "
+                  "operator")
     return 0

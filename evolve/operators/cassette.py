@@ -29,10 +29,15 @@ CASSETTE_FORMAT = 1
 
 
 def canonical_request(model: str, messages: Sequence[dict[str, str]], temperature: float,
-                      seed: int | None, max_tokens: int,
-                      template_version: str) -> dict[str, Any]:
-    """The fields that determine a reply; everything else (timeouts, retries) does not."""
-    return {
+                      seed: int | None, max_tokens: int, template_version: str,
+                      constrain: str = "off") -> dict[str, Any]:
+    """The fields that determine a reply; everything else (timeouts, retries) does not.
+
+    ``constrain`` (gbnf | vllm) adds ``{"mode", "grammar"}`` – the grammar's digest – so a
+    constrained request and a grammar change get their own keys; unconstrained requests
+    hash exactly as before the field existed.
+    """
+    out: dict[str, Any] = {
         "model": model,
         "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
         "temperature": float(temperature),
@@ -40,6 +45,13 @@ def canonical_request(model: str, messages: Sequence[dict[str, str]], temperatur
         "max_tokens": int(max_tokens),
         "template_version": template_version,
     }
+    if constrain != "off":
+        from evolve.grammar_strict import strict_gbnf, strict_lark
+
+        text = strict_gbnf() if constrain == "gbnf" else strict_lark()
+        out["constrain"] = {"mode": constrain,
+                            "grammar": hashlib.sha256(text.encode()).hexdigest()[:16]}
+    return out
 
 
 def canonical_json(obj: Any) -> str:

@@ -15,7 +15,9 @@ Stopping, and what the loop should catch:
   run stopped; replayed calls are *billed* at 0 (``usage.cost_usd``, ``llm_call.cost_usd``).
 * When every request of a batch fails at the endpoint (unreachable after all retries, or
   rejected: bad key, unknown model), the batch's error proposals are returned and
-  ``on_failure`` decides: ``"offline"`` – later batches come from the offline operator;
+  ``on_failure`` decides: ``"offline"`` – later batches come from the offline operator
+  built by the ``fallback`` factory the caller passes (the run's own complexity cap and
+  limits; a default ``OfflineOperator()`` only when none is given);
   ``"stop"`` – :class:`LLMUnavailable` is raised, carrying the batch's proposals.
 * :class:`evolve.operators.cassette.CassetteError` (replay miss, corrupt cassette) and
   :class:`evolve.operators.prompting.HeldoutLeak` propagate: both must stop the run.
@@ -27,7 +29,7 @@ back as a :class:`Proposal` with ``source=None`` and ``error`` set.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -89,11 +91,13 @@ class LLMOperator:
 
     name = "llm"
 
-    def __init__(self, cfg: LLMConfig, heldout: Collection[str] = ()):
+    def __init__(self, cfg: LLMConfig, heldout: Collection[str] = (),
+                 fallback: Callable[[], Operator] | None = None):
         if not cfg.model:
             raise ValueError("llm config: model is empty (use the offline operator instead)")
         self.cfg = cfg
         self.heldout = frozenset(heldout)
+        self._make_fallback = fallback or _offline_operator
         self.usage = Usage()
         self.cassette = (Cassette(cfg.cassette, cfg.cassette_mode)
                          if cfg.cassette_mode != "off" and cfg.cassette else None)
@@ -151,11 +155,13 @@ class LLMOperator:
         kind = "crossover" if crossover else "mutate"
         try:
             prompt = build_prompt(kind, chosen, [pool[i] for i in picks],  # type: ignore[arg-type]
-                                  self.cfg.prompt_token_cap, self.heldout)
+                                  self.cfg.prompt_token_cap, self.heldout,
+                                  profile=self.cfg.profile())
         except PromptTooLarge as exc:
             return _Plan(index, kind, tuple(chosen), None, str(exc), seed, None, None)
         request = canonical_request(self.cfg.model, prompt.messages, self.cfg.temperature,
-                                    seed, self.cfg.max_tokens, TEMPLATE_VERSION)
+                                    seed, self.cfg.max_tokens, TEMPLATE_VERSION,
+                                    self.cfg.constrain)
         return _Plan(index, kind, tuple(chosen), prompt, None, seed, request,
                      request_hash(request))
 
@@ -253,7 +259,7 @@ class LLMOperator:
                                  f"{error}", proposals)
         log.warning("LLM endpoint failed every request of a batch (%s): %s; switching to "
                     "the offline operator", where, error)
-        self._fallback = _offline_operator()
+        self._fallback = self._make_fallback()
         self.close()
 
 
@@ -269,7 +275,9 @@ def _pid(p: Parent) -> str:
     return str(p.program.id)
 
 
-def build_llm_operator(cfg: LLMConfig, heldout: Collection[str] = ()) -> Operator:
+def build_llm_operator(cfg: LLMConfig, heldout: Collection[str] = (),
+                       fallback: Callable[[], Operator] | None = None) -> Operator:
     """The operator for ``cfg``: pass ``heldout`` (validate/test run names) so prompts are
-    checked never to mention them."""
-    return LLMOperator(cfg, heldout=heldout)
+    checked never to mention them, and ``fallback`` (a factory of the run's offline
+    operator) for ``on_failure = "offline"``."""
+    return LLMOperator(cfg, heldout=heldout, fallback=fallback)

