@@ -11,6 +11,6 @@ if [ ! -x /usr/bin/chromium ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
-python -m pip install --quiet -e '.[report]'
+python -m pip install --quiet -c scripts/constraints.txt -e '.[report]'
 /usr/bin/chromium --version 2>/dev/null | head -1 || true
 python -c "import playwright; print('playwright', __import__('importlib.metadata').metadata.version('playwright'))"

@@ -13,6 +13,6 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
 fi
-python -m pip install --quiet -e '.[ray,postgres]'
+python -m pip install --quiet -c scripts/constraints.txt -e '.[ray,postgres]'
 ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1
 python -c "import ray, psycopg; print('ray', ray.__version__, '/ psycopg', psycopg.__version__)"
