@@ -55,12 +55,15 @@ def _rel(pred: float, meas: float) -> float:
     return abs(pred / meas - 1.0)
 
 
-def _gemm_m(tables: KernelTables) -> list[float]:
+def _curves(curves: list[tuple[np.ndarray, np.ndarray]], below_slope: bool,
+            above_exp: float) -> list[float]:
+    """Each interior point of each curve, from the rest of its curve (``interp_loglog``)."""
     out = []
-    for m, t in tables.gemm.values():
-        for j in range(1, m.size - 1):
-            keep = np.arange(m.size) != j
-            out.append(_rel(interp_loglog(m[keep], t[keep], m[j], False, 1.0), t[j]))
+    for x, t in curves:
+        for j in range(1, x.size - 1):
+            keep = np.arange(x.size) != j
+            out.append(_rel(interp_loglog(x[keep], t[keep], x[j], below_slope, above_exp),
+                            t[j]))
     return out
 
 
@@ -94,18 +97,10 @@ def _decode(tables: KernelTables, axis: int) -> list[float]:
     return out
 
 
-def _prefill(tables: KernelTables) -> list[float]:
-    out = []
-    for s, t in tables.prefill.values():
-        for j in range(1, s.size - 1):
-            keep = np.arange(s.size) != j
-            out.append(_rel(interp_loglog(s[keep], t[keep], s[j], True, 2.0), t[j]))
-    return out
-
-
 def leave_one_out(tables: KernelTables) -> list[LooStats]:
     """Held-out relative errors per family, in the order of the module docstring."""
-    fams = {"gemm_m": _gemm_m(tables), "gemm_shape": _gemm_shape(tables),
+    fams = {"gemm_m": _curves(list(tables.gemm.values()), False, 1.0),
+            "gemm_shape": _gemm_shape(tables),
             "decode_len": _decode(tables, axis=1), "decode_batch": _decode(tables, axis=0),
-            "prefill": _prefill(tables)}
+            "prefill": _curves(list(tables.prefill.values()), True, 2.0)}
     return [LooStats(name, np.asarray(errs, dtype=np.float64)) for name, errs in fams.items()]

@@ -103,7 +103,7 @@ def data() -> Path:
     try:
         return data_dir(os.environ.get("EVOLVE_DATA") or ROOT.parent / "shared" / "data")
     except DataError as exc:
-        pytest.skip(str(exc))
+        pytest.skip(f"no measured data to replay a run on ({exc}); set EVOLVE_DATA")
 
 
 @pytest.mark.real_data

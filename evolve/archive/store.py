@@ -124,17 +124,22 @@ class Archive:
                                    "(damaged, or changed by another tool); it cannot be used")
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[Session]:
-        """A write transaction; a read-only archive is one line, not a traceback."""
+    def _read_only_is_one_line(self) -> Iterator[None]:
+        """A write refused because the archive is read-only becomes one line."""
         try:
-            with self._session.begin() as s:
-                yield s
+            yield
         except OperationalError as exc:
             detail = first_line(exc)
             if _read_only(detail):
                 raise ArchiveError(f"archive {self.path}: read-only, cannot write a run to "
                                    f"it ({detail})") from None
             raise
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """A write transaction; a read-only archive is one line, not a traceback."""
+        with self._read_only_is_one_line(), self._session.begin() as s:
+            yield s
 
     def close(self) -> None:
         self.engine.dispose()
@@ -216,15 +221,8 @@ class Archive:
         """Create the lock and journal tables if this archive predates them (a write: a
         read-only archive fails here, with one line)."""
         if not self._aux_ready:
-            try:
-                with schema_lock(self.engine):
-                    aux.create_aux_tables(self.engine)
-            except OperationalError as exc:
-                detail = first_line(exc)
-                if _read_only(detail):
-                    raise ArchiveError(f"archive {self.path}: read-only, cannot write a run "
-                                       f"to it ({detail})") from None
-                raise
+            with self._read_only_is_one_line(), schema_lock(self.engine):
+                aux.create_aux_tables(self.engine)
             self._aux_ready = True
 
     def lock_run(self, run_id: int, force: bool = False) -> None:

@@ -70,12 +70,7 @@ func $tBilinear(bx, lx, t []float64, b, ell float64) float64 {
 	t10 := t[(i+1)*nl+j]
 	t11 := t[(i+1)*nl+j+1]
 	out := (1.0-wb)*((1.0-wl)*t00+wl*t01) + wb*((1.0-wl)*t10+wl*t11)
-	lo := t[0]
-	for _, v := range t {
-		if v < lo {
-			lo = v
-		}
-	}
+	lo := t[0] // the grid is non-decreasing in both axes: its first cell is its minimum
 	if out > lo {
 		return out
 	}
