@@ -26,6 +26,7 @@ import ast
 import copy
 import hashlib
 import inspect
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -199,7 +200,9 @@ def parse_program(text: str | bytes) -> Program:
         raise ProgramError(f"source has {len(text)} characters; at most {MAX_SOURCE_CHARS}",
                            "size")
     try:
-        tree = ast.parse(text, mode="exec")
+        with warnings.catch_warnings():  # untrusted text: its invalid escapes are not ours to print
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text, mode="exec")
     except SyntaxError as exc:
         raise ProgramError(f"syntax error: {exc.msg}", "syntax", exc.lineno,
                            (exc.text or "").strip()[:80]) from None
