@@ -119,7 +119,7 @@ class SearchSection:
 class FitSection:
     """Constant fitting (CMA-ES) of every accepted child on the training runs."""
 
-    scope: str = _doc("per_model", "constant scope: global | per_model | per_scenario | "
+    scope: str = _doc("pooled", "constant scope: global | per_model | per_scenario | "
                       "pooled (per model, shrunk towards one global set; held-out models "
                       "get the global set)",
                       choices=("global", "per_model", "per_scenario", "pooled"))

@@ -10,11 +10,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
 from evolve.language import Program
+
+SEEDS_DIR = Path(__file__).resolve().parents[1] / "seeds"
+
+
+def available_seeds() -> list[str]:
+    """Names of the project's seed programs (``seeds/*.py`` stems)."""
+    return sorted(p.stem for p in SEEDS_DIR.glob("*.py"))
+
+
+def seed_path(spec: str) -> Path | None:
+    """The seed file a bare name means (``transfer`` -> seeds/transfer.py), or None. Hex
+    strings are left to the archive: they are program-id prefixes."""
+    if re.fullmatch(r"[0-9a-fA-F]+", spec) or "/" in spec or spec.endswith(".py"):
+        return None
+    path = SEEDS_DIR / f"{spec}.py"
+    return path if path.is_file() else None
 
 
 def parse_stored(source: str, program_id: str, where: str) -> Program:
@@ -56,21 +73,29 @@ def output_dir(path: str | Path, flag: str) -> Path:
 
 
 def infer_scope(groups: dict[str, Any], scenarios: Any) -> str:
-    """The constant scope a set of fitted groups implies (global / per_model / per_scenario)."""
+    """The constant scope a set of fitted groups implies (global / per_model / pooled /
+    per_scenario). Pooled groups are the models' sets plus a ``global`` one (what a model
+    without measurements gets); reading them as per-scenario would hand every run the
+    global set."""
     keys = set(groups)
+    models = {s.model for s in scenarios}
     if keys == {"global"}:
         return "global"
-    if keys <= {s.model for s in scenarios}:
+    if keys <= models:
         return "per_model"
+    if "global" in keys and keys - {"global"} <= models:
+        return "pooled"
     return "per_scenario"
 
 
 def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]:
-    """(program, constant groups, label) from the archive or from a file."""
+    """(program, constant groups, label) from a file, a seed name or the archive."""
     from evolve.errors import ProgramError
     from evolve.language import parse_program
 
     path = Path(args.program)
+    if not path.exists():
+        path = seed_path(args.program) or path
     if path.suffix == ".py" or path.exists():
         try:
             program = parse_program(path.read_bytes())

@@ -6,8 +6,9 @@ Usage::
                               [--out runs/results] [--readme README.md] [--config F]
 
 Runs (or reuses, from ``--out``) one ``evolve run`` per seed, validates each seed's pick
-closed loop on all 16 runs, runs ``evolve baselines``, and ``evolve generalize`` (LOMO and
-LOWO) on the first seed's pick; then rewrites the README between the markers
+closed loop on all 16 runs and runs ``evolve generalize`` (LOMO and LOWO) on it, runs
+``evolve baselines`` and the LOMO of the ``transfer`` seed (physics alone, for reference);
+then rewrites the README between the markers
 ``<!-- results:begin -->`` and ``<!-- results:end -->``, with the picked program's source
 printed above the tables. Nothing in the tables is typed by hand; delete ``--out`` to
 recompute everything. Every command is the public CLI, so the figures are what a user gets.
@@ -65,7 +66,11 @@ def one_seed(seed: int, args: argparse.Namespace, workers: int) -> dict[str, Any
     val = cached(out / f"seed-{seed}.validate.json", lambda: json.loads(cli(
         "validate", run["pick"], "--archive", str(db), "--no-plots", "--json")))
     print(f"seed {seed}: pick {run['pick'][:12]}", file=sys.stderr, flush=True)
-    return {**run, "validate": val}
+    held: dict[str, Any] = {}
+    for mode in () if args.no_heldout else ("lomo", "lowo"):
+        held[mode] = cached(out / f"seed-{seed}.{mode}.json", lambda m=mode: json.loads(cli(
+            "generalize", run["pick"], "--archive", str(db), "--mode", m, "--json")))
+    return {**run, "validate": val, "held": held}
 
 
 def main() -> int:
@@ -85,13 +90,11 @@ def main() -> int:
     with ThreadPoolExecutor(jobs) as pool:
         seeds = list(pool.map(lambda s: one_seed(s, args, workers), args.seeds))
     first = seeds[0]
-    db = str(out / f"seed-{first['seed']}.db")
     base = cached(out / "baselines.json", lambda: json.loads(cli("baselines", "--json")))
-    held: dict[str, Any] = {}
-    if not args.no_heldout:
-        for mode in ("lomo", "lowo"):
-            held[mode] = cached(out / f"{mode}.json", lambda m=mode: json.loads(cli(
-                "generalize", first["pick"], "--archive", db, "--mode", m, "--json")))
+    held: dict[str, Any] = dict(first["held"])
+    if not args.no_heldout:  # physics alone: the transfer seed refitted without each model
+        held["reference"] = cached(out / "transfer.lomo.json", lambda: json.loads(cli(
+            "generalize", "transfer", "--mode", "lomo", "--json")))
     text = render(seeds, base, held, args)
     readme = Path(args.readme)
     body = readme.read_text()

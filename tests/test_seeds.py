@@ -19,7 +19,7 @@ from evolve.errors import UserError
 from evolve.fitting import const_map
 from evolve.language import check_outputs, parse_program
 
-REQUIRED = {"trained_physics", "roofline", "linear", "phase_max", "regime", "smooth"}
+REQUIRED = {"trained_physics", "roofline", "linear", "phase_max", "regime", "smooth", "transfer"}
 
 
 def test_seeds_directory_is_found_from_the_package():
@@ -69,6 +69,28 @@ def test_trained_physics_carries_blis_coefficients():
         32.09546717, 4.41684444, 126.024825)
     assert init["tp"] == pytest.approx(0.752037 * 900e9 / 3.35e12, rel=1e-4)
     assert "blis_pf_attn" in p.features and p.queue_tree is not None
+
+
+def test_transfer_seed_keeps_blis_priors_and_prices_tp_latency(small_scenarios):
+    """Shared constants start at BLIS's values; the latency term is 0 at TP 1, linear in tp-1."""
+    tp = parse_program((SEEDS_DIR / "trained_physics.py").read_text())
+    tr = parse_program((SEEDS_DIR / "transfer.py").read_text())
+    blis = {s.name: s.init for s in tp.constants}
+    ours = {s.name: s.init for s in tr.constants}
+    assert {k: v for k, v in ours.items() if k in blis} == {k: blis[k] for k in ours
+                                                            if k in blis}
+    assert set(ours) - set(blis) == {"ar_lat"}
+    stats = np.zeros((N_STATS, 1))
+    stats[STAT_INDEX["n_decode"]] = stats[STAT_INDEX["decode_tokens"]] = [16]
+    stats[STAT_INDEX["dc_kv_sum"]] = [8000]
+    model = step_model(tr)
+    x = tr.init_vector()
+    bump = x.copy()
+    bump[[s.name for s in tr.constants].index("ar_lat")] += 5.0
+    for sc in small_scenarios:
+        F = compute_features(stats, sc.arch_vector)
+        extra = model.vector_fn(F, bump) - model.vector_fn(F, x)
+        np.testing.assert_allclose(extra, 5.0 * (sc.server.tp - 1) * sc.arch.layers, rtol=1e-9)
 
 
 def test_trained_physics_decode_kv_term_is_blis_basis(small_scenarios):
@@ -126,3 +148,19 @@ def test_fit_command_table_and_errors(capsys, data_path):
     assert text.index("[train]") < text.index("[validate]") < text.index("[test]")
     assert main(["fit", "no_such_seed", "--data", str(data_path)]) == 2
     assert "no seed of that name" in capsys.readouterr().err
+
+
+def test_fit_saves_constants_that_export_go_reads(tmp_path, capsys, data_path):
+    saved = tmp_path / "transfer.json"
+    assert main(["fit", "transfer", "--data", str(data_path), "--head-seconds", "30",
+                 "--max-evals", "40", "--restarts", "0", "--save-constants", str(saved)]) == 0
+    groups = json.loads(saved.read_text())
+    assert set(groups) == {"global"} and "ar_lat" in groups["global"]
+    out = tmp_path / "transfer.go"
+    assert main(["export-go", str(SEEDS_DIR / "transfer.py"), "--constants", str(saved),
+                 "-o", str(out)]) == 0
+    assert repr(groups["global"]["ar_lat"])[:8] in out.read_text()
+    capsys.readouterr()
+    assert main(["fit", "transfer", "--data", str(data_path), "--save-constants",
+                 str(tmp_path / "no" / "x.json")]) == 2
+    assert "--save-constants" in capsys.readouterr().err

@@ -33,9 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--constants", metavar="JSON",
                         help="program-file mode: {group: {name: value}} or {name: value} "
                              "(global), as JSON text or a .json file")
-    parser.add_argument("--scope", choices=("global", "per_model", "per_scenario"),
+    parser.add_argument("--scope", choices=("global", "per_model", "pooled", "per_scenario"),
                         help="program-file mode: the constants' scope (default: global for "
-                             "one group named 'global', else per_model)")
+                             "one group named 'global', pooled for model groups plus "
+                             "'global', else per_model)")
     parser.add_argument("--alias", action="append", default=[], metavar="GROUP=NAME",
                         help="another model name (BLIS hw.Model) for a constant group; "
                              "repeatable")
@@ -119,7 +120,8 @@ def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]
     else:
         consts = {"global": {s.name: s.init for s in prog.constants}}
         meta = {"Constants": "the program's initial values (not fitted)"}
-    scope = args.scope or ("global" if list(consts) == ["global"] else "per_model")
+    scope = args.scope or ("global" if list(consts) == ["global"] else
+                           "pooled" if "global" in consts else "per_model")
     meta["Source file"] = Path(args.id).name
     return prog, consts, scope, meta
 

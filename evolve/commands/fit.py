@@ -25,14 +25,10 @@ from pathlib import Path
 
 from evolve.codegen import step_model
 from evolve.errors import UserError
+from evolve.targets import SEEDS_DIR, available_seeds, output_file
 
 HELP = "fit a program's constants and print its per-run table"
-SEEDS_DIR = Path(__file__).resolve().parents[2] / "seeds"
 SPLIT_ORDER = ("train", "validate", "test")
-
-
-def available_seeds() -> list[str]:
-    return sorted(p.stem for p in SEEDS_DIR.glob("*.py"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prior", type=float, default=0.0, metavar="S",
                         help="pull the constants towards the program's declared initial "
                         "values with strength S / (training runs) (default: 0, off)")
+    parser.add_argument("--save-constants", metavar="FILE",
+                        help="write the fitted constants as JSON {group: {name: value}}, "
+                        "the form `evolve export-go PROGRAM --constants FILE` and `evolve "
+                        "validate PROGRAM --constants FILE` read")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -119,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if args.head_seconds is not None and not 0 < args.head_seconds < math.inf:
         raise UserError(f"--head-seconds {args.head_seconds}: out of range, must be a finite "
                         "number > 0")
+    if args.save_constants:  # an unwritable path is found now, not after the fit
+        output_file(args.save_constants, "--save-constants")
     program, path = load_program(args.program)
     scenarios = load_scenarios(args.data)
     if args.head_seconds is not None:
@@ -155,6 +157,10 @@ def run(args: argparse.Namespace) -> int:
             res.groups = polish.groups
     consts = const_map(program, res.groups, ev.scenarios, args.scope)
     _check_finite(program, model, ev, consts, path, "fitted")
+    if args.save_constants:
+        Path(args.save_constants).write_text(json.dumps(res.groups, indent=1, sort_keys=True)
+                                             + "\n")
+        say(f"wrote {args.save_constants} ({args.scope}: {', '.join(sorted(res.groups))})")
     all_names = ev.names()
     if args.closed_loop:
         say("re-simulating every run closed loop at the fitted constants...")

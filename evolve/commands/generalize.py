@@ -2,7 +2,8 @@
 
 For every fold, the program's constants are fitted on the runs that remain (teacher forced,
 then polished closed loop on stage slices) and the held-out runs are simulated closed loop.
-Leave-one-model-out needs one global constant set (the held-out model has none of its own);
+Leave-one-model-out needs one global constant set (the held-out model has none of its own:
+it gets the global set, or a pooled program's global set that the models' sets shrink to);
 leave-one-workload-out keeps the program's usual per-model sets. Reasoning runs are never
 fitted on (they are overloaded: teacher forcing cannot price their queues), but are
 reported when held out.
@@ -19,13 +20,14 @@ from evolve.codegen import step_model
 from evolve.config import FitSection
 from evolve.errors import UserError
 from evolve.reporting import table
-from evolve.targets import load_target
+from evolve.targets import infer_scope, load_target
 
 HELP = "leave-one-model-out / leave-one-workload-out: fit on the rest, validate held out"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("program", help="archived program id (or prefix), or a program file")
+    parser.add_argument("program", help="archived program id (or prefix), a program file "
+                        "or a seed name (e.g. transfer)")
     parser.add_argument("--mode", choices=["lomo", "lowo"], required=True)
     parser.add_argument("--archive", default="archive.db", help="archive path")
     parser.add_argument("--run", type=int, help="archive run whose constants to start from")
@@ -36,9 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--polish-evals", type=int, default=60,
                         help="closed-loop simulations per constant group (0 = no polish)")
     parser.add_argument("--scope", choices=["global", "per_model", "pooled"],
-                        help="constant scope of the refit (default: global for lomo, "
-                        "per_model for lowo; pooled fits per model shrunk to a global set, "
-                        "and a held-out model gets the global set)")
+                        help="constant scope of the refit (default: pooled for a program "
+                        "fitted pooled, else global for lomo and per_model for lowo; pooled "
+                        "fits per model shrunk to a global set, and a held-out model gets "
+                        "the global set)")
     parser.add_argument("--prior", type=float, default=FitSection.prior_strength,
                         metavar="S", help="pull constants towards the program's declared "
                         "values with strength S / (training runs); as fit.prior_strength "
@@ -54,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)
-    scope = args.scope or ("global" if args.mode == "lomo" else "per_model")
+    pooled = infer_scope(groups, ev.scenarios) == "pooled" if groups else False
+    scope = args.scope or ("pooled" if pooled else "global" if args.mode == "lomo"
+                           else "per_model")
     key = (lambda s: s.model) if args.mode == "lomo" else (lambda s: s.workload)
     folds = sorted({key(s) for s in ev.scenarios if s.workload != "reasoning"})
     model = step_model(program)

@@ -22,7 +22,8 @@ HELP = "closed-loop validation of a program against every measured run"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("program", help="archived program id (or prefix), or a program file")
+    parser.add_argument("program", help="archived program id (or prefix), a program file "
+                        "or a seed name (e.g. transfer)")
     parser.add_argument("--archive", default="archive.db", help="archive path")
     parser.add_argument("--run", type=int, help="archive run whose constants to use")
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which runs to simulate")
     parser.add_argument("--out", default="runs/validate", help="directory for the plots")
     parser.add_argument("--constants", help="JSON file {group: {name: value}} for a program file")
-    parser.add_argument("--scope", choices=["global", "per_model", "per_scenario"],
+    parser.add_argument("--scope", choices=["global", "per_model", "pooled", "per_scenario"],
                         help="constant scope (default: inferred from the constant groups)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -32,7 +32,7 @@ __all__ = ["BLIS_COMMIT", "BLIS_REPO", "ExportError", "GroupInfo", "export_go",
 
 BLIS_REPO = "github.com/inference-sim/inference-sim"
 BLIS_COMMIT = "f90a1e3a6787da17c2cd463dab6fb2660b1b1760"  # 2026-08-22, read for this exporter
-SCOPES = ("global", "per_model", "per_scenario")
+SCOPES = ("global", "per_model", "pooled", "per_scenario")
 _SPECIAL = ("post_decode_us", "output_token_us")
 
 assert tuple(n for n, _ in FEATURE_GO) == FEATURE_NAMES, "go_templates.FEATURE_GO is stale"
@@ -55,7 +55,8 @@ def groups_from_scenarios(scenarios: Sequence[Any], scope: str) -> dict[str, Gro
     """Group infos for ``scope`` from loaded ``Scenario`` objects (names, model ids, TP)."""
     acc: dict[str, tuple[set[str], list[str]]] = {}
     for sc in scenarios:
-        key = {"global": "global", "per_model": sc.model, "per_scenario": sc.name}[scope]
+        key = {"global": "global", "per_model": sc.model, "pooled": sc.model,
+               "per_scenario": sc.name}[scope]
         aliases, notes = acc.setdefault(key, (set(), []))
         mid = str(sc.meta.get("model_id", "")).lower()
         aliases.update(a for a in (sc.model.lower(), mid, mid.rsplit("/", 1)[-1]) if a)
@@ -160,7 +161,10 @@ def _lookup(prefix: str, low: str, scope: str, fields: dict[str, str],
              "\tfor _, key := range []string{name, name[strings.LastIndex(name, \"/\")+1:]} {",
              "\t\tswitch key {"]
     owner: dict[str, str] = {}
+    fallback = consts.get("global") if scope == "pooled" else None
     for group, values in sorted(consts.items()):
+        if fallback is not None and group == "global":
+            continue
         gi = info.get(group, GroupInfo((group.lower(),)))
         names = {group.lower(), *(a.lower() for a in gi.aliases)}
         aliases = sorted(names | {a.rsplit("/", 1)[-1] for a in names})
@@ -172,6 +176,12 @@ def _lookup(prefix: str, low: str, scope: str, fields: dict[str, str],
         note = f", {_one_line(gi.note)}." if gi.note else "."
         lines.append(f"\t\t\t// Constant group {_one_line(group)}{note}")
         lines.append(f"\t\t\treturn {_consts_literal(prefix, fields, values)}, nil")
+    if fallback is not None:  # pooled: a model nobody measured gets the shared set
+        lines += ["\t\t}", "\t}", "\t// Any other model: the pooled scope's global set, what"
+                  " the per-model sets were shrunk", "\t// towards (how a held-out model is"
+                  " predicted in leave-one-model-out).",
+                  f"\treturn {_consts_literal(prefix, fields, fallback)}, nil", "}"]
+        return lines, True
     known = ", ".join(sorted(consts)).replace("%", "%%")
     msg = _go_string(f"evolved model {prefix}: no fitted constants for model %q (known: {known})")
     lines += ["\t\t}", "\t}", f"\treturn {prefix}Consts{{}}, fmt.Errorf({msg}, model)", "}"]

@@ -212,8 +212,10 @@ class Harness:
         self.sources: list[str] = []
         kernels = _kernels()
         for i, (name, prog) in enumerate(self.programs):
-            scope = "per_model" if i % 2 == 0 or name == "trained_physics" else "global"
-            groups = [m[0] for m in MODELS] if scope == "per_model" else ["global"]
+            scope = ("pooled" if name == "transfer" else
+                     "per_model" if i % 2 == 0 or name == "trained_physics" else "global")
+            groups = ([m[0] for m in MODELS] if scope != "global" else []) + (
+                ["global"] if scope != "per_model" else [])
             lo, hi = prog.bounds()
             cv = {g: lo + (hi - lo) * rng.random(len(lo)) for g in groups}
             named = {g: dict(zip(prog.const_names, map(float, v), strict=True))
@@ -231,7 +233,8 @@ class Harness:
         self.binary = build_harness(root / "mod", self.exports, GO)
 
     def consts_for(self, i: int, group: str) -> np.ndarray:
-        return self.consts[i]["global" if self.scope[i] == "global" else group]
+        cv = self.consts[i]
+        return cv[group] if group in cv and self.scope[i] != "global" else cv["global"]
 
     def run(self, path: Path, cases: list[tuple[int, str, str, np.ndarray, list, list]]):
         """``cases``: (export, group, BLIS name, arch, steps, requests) -> parsed output."""
@@ -341,7 +344,8 @@ def test_parity_synthetic(harness, tmp_path):
             ptr = np.cumsum([0] + [len(b) for b in steps])
             flat = np.array([m for b in steps for m in b])
             expect.append((i, group, arch, stats_from_members(ptr, *flat.T), reqs))
-        if harness.scope[i] == "global":  # a model the export has no curves for: roofline
+        if harness.scope[i] != "per_model":  # a model the export has no curves (and, pooled,
+            # no constants) for: roofline features and the global set
             arch = _arch("Mixtral-8x7B-v0.1", 2, kernels=False)
             steps = synthetic_batches(rng, 20)
             cases.append((i, "global", "someone/unknown-model", arch, steps, []))
@@ -462,6 +466,23 @@ def test_per_model_lookup_lists_aliases():
     assert 'case "llama-2-7b", "llama-2-7b-hf", "meta-llama/llama-2-7b-hf":' in src
     assert 'case "other":' in src
     assert "strings.ToLower(model)" in src
+
+
+def test_pooled_lookup_falls_back_to_the_global_set():
+    """Pooled constants: measured models by name, any other model gets the global set."""
+    prog = parse_program(OWN_PROGRAMS["constant_only"])
+    src = export_go(prog, {"llama-2-7b": {"step": 10.0}, "global": {"step": 2.5}}, "pooled")
+    assert 'case "llama-2-7b":' in src and 'case "global"' not in src
+    assert "no fitted constants" not in src
+    tail = src[src.index("ConstsFor(model string)"):]
+    tail = tail[:tail.index("\n}\n")]
+    assert tail.rstrip().endswith("2.5}, nil")
+
+
+@needs_go
+def test_pooled_export_is_in_the_parity_harness(harness):
+    i = next(j for j, (name, _p) in enumerate(harness.programs) if name == "transfer")
+    assert harness.scope[i] == "pooled" and "Any other model" in harness.sources[i]
 
 
 def test_cli_standalone(tmp_path):

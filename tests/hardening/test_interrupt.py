@@ -42,7 +42,7 @@ def test_sigkill_ten_times_then_resume_gives_the_uninterrupted_archive(tmp_path)
     """Ten SIGKILLs, each at a seeded random moment after the process has finished some
     work (so that every kill lands inside the search, however loaded the machine), each
     followed by ``--resume``; then the archive must be the uninterrupted one."""
-    toml = tiny_toml(tmp_path / "eight.toml", generations=8)
+    toml = tiny_toml(tmp_path / "twelve.toml", generations=12)
     expected = baseline_digest(tmp_path / "base.db", toml)
     db = tmp_path / "k.db"
     rng = random.Random(17)
@@ -69,7 +69,7 @@ def test_sigkill_ten_times_then_resume_gives_the_uninterrupted_archive(tmp_path)
     final = evolve("run", "--resume", "1", "--archive", str(db))
     out, err = final.communicate(timeout=120)
     assert final.returncode == 0, err
-    assert "finished after generation 8" in out
+    assert "finished after generation 12" in out
     assert digest(db) == expected
     # journaled work was found and reused instead of being computed again
     assert max(journaled_before) > 0 and sum(served) > 0, (journaled_before, served)

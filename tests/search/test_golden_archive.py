@@ -36,8 +36,9 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 # changed on purpose by issue 11 (validate-aware pick, physics checks and penalty), and again
 # by its measured kernel features (four new glossary features, the `kernels` seed), and by
 # closed-loop refits starting from the better of the fitted and the declared constants, and
-# by the prior on declared constants becoming the default (fit.prior_strength = 1).
-GOLDEN = "86abe10cd149a01eda4aa5ec7538ef71a9b0986f751543f7288ff476c1b581f4"
+# by the prior on declared constants becoming the default (fit.prior_strength = 1), and by
+# the `transfer` seed joining the seeds, and by `pooled` becoming the default constant scope.
+GOLDEN = "a3b1ff780b3cc86826b936986af583676afc123180c999362ecd8b3d1929979b"
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -1,0 +1,54 @@
+"""The README's results section is rendered from gathered JSON, never typed: the target
+lines must follow the numbers (scripts/results_render.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from results_render import render, within
+
+RUNS = {"a-general": ("train", 0.02), "a-reasoning": ("test", 0.40),
+        "b-general": ("validate", 0.05), "b-reasoning": ("validate", 0.10)}
+
+
+def _metrics(ape: float, failures: float = 0.0) -> dict:
+    keys = ("e2e_mean", "ttft_mean", "itl_mean", "e2e_p99")
+    return {"ape": {k: ape for k in keys}, "pred": {"failures": failures},
+            "meas": {"failures": failures}}
+
+
+def _generalize(apes: dict[str, float]) -> dict:
+    return {"folds": {"a": {n: _metrics(v) for n, v in apes.items()}}}
+
+
+def _seed(seed: int, scale: float, lomo_ape: float) -> dict:
+    runs = {n: {**_metrics(ape * scale), "split": split} for n, (split, ape) in RUNS.items()}
+    return {"seed": seed, "pick": f"{seed:012d}", "source": "CONSTANTS = {}\n",
+            "validate": {"runs": runs},
+            "held": {"lomo": _generalize({"a-general": lomo_ape, "b-general": 0.05,
+                                          "a-reasoning": 0.01}),
+                     "lowo": _generalize({"a-general": 0.01, "b-general": 0.01})}}
+
+
+def test_within_counts_normal_runs_only():
+    assert within(_generalize({"x-general": 0.05, "y-codegen": 0.2, "x-reasoning": 0.01})) \
+        == (1, 2)
+
+
+def test_targets_follow_the_medians_over_seeds():
+    seeds = [_seed(7, 1.0, 0.05), _seed(1, 1.0, 0.5), _seed(2, 3.0, 0.5)]
+    held = {**seeds[0]["held"], "reference": _generalize({"a-general": 0.09})}
+    args = argparse.Namespace(seeds=[7, 1, 2], generations=60)
+    text = render(seeds, {}, held, args)
+    assert "picked program of seed 7" in text.lower()
+    # reasoning medians: a-reasoning 40 % (missed), b-reasoning 10 % (met) -> 1 of 2
+    assert "**missed**: reasoning mean E2E within 15 %: 1 of 2" in text
+    # LOMO per seed: 2, 1, 1 of 2 -> median 1
+    assert "median 1 of 2 (target 10; per seed 7: 2, 1: 1, 2: 1)" in text
+    assert "LOWO held-out normal runs within 10 % mean E2E: median 2 of 2" in text
+    assert "physics alone, refitted with one global set without each model): LOMO 1 of 1" \
+        in text
