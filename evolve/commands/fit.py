@@ -25,7 +25,7 @@ from pathlib import Path
 
 from evolve.codegen import step_model
 from evolve.errors import UserError
-from evolve.targets import SEEDS_DIR, available_seeds, output_file
+from evolve.targets import SEEDS_DIR, available_seeds, output_file, seed_path
 
 HELP = "fit a program's constants and print its per-run table"
 SPLIT_ORDER = ("train", "validate", "test")
@@ -69,8 +69,8 @@ def load_program(spec: str):
 
     path = Path(spec)
     if not path.is_file():
-        seed = SEEDS_DIR / f"{spec}.py"
-        if not seed.is_file():
+        seed = seed_path(spec)
+        if seed is None:
             raise UserError(f"{spec}: no such file and no seed of that name (seeds: "
                             f"{', '.join(available_seeds()) or 'none found in ' + str(SEEDS_DIR)})")
         path = seed
