@@ -18,6 +18,20 @@ context, prefill chunks, mixed steps) and must be:
    steps, and the prefill coefficients fitted on them, BLIS's published 0.15 included,
    sit below it; enforcing it would reject the published model for long prefill chunks
    that these runs never show.
+4. at long contexts, *priced by the context it adds*: along every "more context" pair of
+   decode-only batches whose shorter member already has ``FLOOR_CONTEXT`` tokens, the step
+   time must grow by at least ``1 - FLOOR_MARGIN`` of what the measured decode-attention
+   kernel grows by (``k_dc_attn``: H100 microbenchmarks of exactly the model's shapes,
+   1.0-1.15 x the KV read at peak bandwidth there). Check 3 bounds the level, which a
+   large fitted per-step constant meets while the context slope is near zero; the slope
+   is what decides whether a long-context run overloads (the reasoning runs need about
+   22 ms per 128-request step for that), and short-context training runs cannot pin it,
+   because their contexts (560-900 tokens) move in step with batch size. Fitted without
+   this check, the `transfer` seed's KV coefficient fell from BLIS's published 1.95 to
+   0.06-0.8 and three of four reasoning runs stopped queueing. Mixed and prefill batches
+   are not held to it: a roofline ``max(compute, memory)`` hides the context of a mixed
+   step behind its prefill GEMMs, and prefill attention over cached context is a small
+   share of these runs' steps (BLIS's published prefill terms price FLOPs only).
 
 A violation is a rejection with its reason stored (``evolve show`` prints it). No test or
 validate run is touched: the batches are synthetic.
@@ -40,6 +54,18 @@ _MEMORY = ("weight_read", "kv_read")
 def physical_floor(features: np.ndarray) -> np.ndarray:
     """Per step: weights + KV cache read once at peak HBM bandwidth, in µs."""
     return np.asarray(sum(features[FEATURE_INDEX[n]] for n in _MEMORY), dtype=np.float64)
+
+
+def long_context_pairs(probe: ProbeBatches) -> tuple[np.ndarray, np.ndarray]:
+    """The decode-only "more context" pairs at long context and the measured decode
+    attention time each adds, in µs."""
+    f = probe.features
+    a, b = probe.more_context[:, 0], probe.more_context[:, 1]
+    prefill = f[FEATURE_INDEX["prefill_tokens"]]
+    keep = (probe.context[a] >= FLOOR_CONTEXT) & (prefill[a] == 0.0) & (prefill[b] == 0.0)
+    pairs = probe.more_context[keep]
+    kernel = f[FEATURE_INDEX["k_dc_attn"]]
+    return pairs, kernel[pairs[:, 1]] - kernel[pairs[:, 0]]
 
 
 def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str | None:
@@ -68,6 +94,15 @@ def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str 
         return (f"step time {t[j]:.1f} us on '{probe.label[j]}' undercuts the physical floor "
                 f"{floor[j]:.1f} us (weights + KV cache read at peak bandwidth) by "
                 f"more than {FLOOR_MARGIN:.0%}")
+    pairs, added = long_context_pairs(probe)
+    grow = t[pairs[:, 1]] - t[pairs[:, 0]]
+    short = np.flatnonzero((added > 0.0) & (grow < (1.0 - FLOOR_MARGIN) * added))
+    if short.size:
+        k = int(short[np.argmax((added[short] - grow[short]) / added[short])])
+        i, j = int(pairs[k, 0]), int(pairs[k, 1])
+        return (f"step time grows by {grow[k]:.1f} us from '{probe.label[i]}' to "
+                f"'{probe.label[j]}', less than {1.0 - FLOOR_MARGIN:.0%} of the "
+                f"{added[k]:.1f} us the measured decode-attention kernel adds")
     return None
 
 
@@ -94,7 +129,8 @@ class PhysicsPenalty:
     constants break physics, even when other constants of the same program would not; the
     fit, which only sees short-context training batches, has no reason to prefer them.
     Adding ``FIT_WEIGHT * (worst relative undercut of the floor + worst relative drop
-    along a monotonicity pair)`` to the fitting loss steers CMA-ES to physical constants
+    along a monotonicity pair + worst relative shortfall of the long-context slope)`` to
+    the fitting loss steers CMA-ES to physical constants
     where the program has any; non-finite or non-positive probe step times cost
     ``invalid`` (the optimiser's penalty).
     """
@@ -113,6 +149,16 @@ class PhysicsPenalty:
             offset += p.features.shape[1]
         both = np.concatenate(pairs)
         self.a, self.b = both[:, 0], both[:, 1]
+        slope, added, offset = [], [], 0
+        for p in probes:
+            lp, gain = long_context_pairs(p)
+            keep = gain > 0.0
+            slope.append(lp[keep] + offset)
+            added.append(gain[keep])
+            offset += p.features.shape[1]
+        long_pairs = np.concatenate(slope) if slope else np.zeros((0, 2), dtype=np.int64)
+        self.la, self.lb = long_pairs[:, 0], long_pairs[:, 1]
+        self.added = np.concatenate(added) if added else np.zeros(0)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
@@ -127,5 +173,8 @@ class PhysicsPenalty:
             under = (under / self.floor).max(axis=1, initial=0.0)
             drop = np.maximum(T[:, self.a] - T[:, self.b], 0.0) / T[:, self.a]
             drop = drop.max(axis=1, initial=0.0)
-            pen = FIT_WEIGHT * (under + drop)
+            grow = T[:, self.lb] - T[:, self.la]
+            short = np.maximum((1.0 - FIT_MARGIN) * self.added - grow, 0.0) / self.added
+            short = short.max(axis=1, initial=0.0)
+            pen = FIT_WEIGHT * (under + drop + short)
         return np.where(bad | ~np.isfinite(pen), self.invalid, pen)

@@ -23,7 +23,7 @@ SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
              "20260217-170634-llama-2-7b-tp1-reasoning"]    # test
 CONFIG = f"""
 [run]
-seed = 4
+seed = 2  # its 4 generations adopt a corpus refresh and rescore (the fixture checks)
 generations = 4
 head_seconds = 20.0
 scenarios = {json.dumps(SCENARIOS)}

@@ -128,8 +128,10 @@ def test_load_program_by_name_or_path(tmp_path):
 
 
 def test_fit_command_json(capsys, data_path):
+    # the linear seed has no context term, so the physics penalty would outweigh its loss
     code = main(["fit", "linear", "--data", str(data_path), "--head-seconds", "45",
-                 "--scope", "per_model", "--max-evals", "60", "--restarts", "0", "--json"])
+                 "--scope", "per_model", "--max-evals", "60", "--restarts", "0", "--json",
+                 "--no-physics"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["scope"] == "per_model" and out["fit"]["status"] in ("ok", "no_improvement")
@@ -164,3 +166,28 @@ def test_fit_saves_constants_that_export_go_reads(tmp_path, capsys, data_path):
     assert main(["fit", "transfer", "--data", str(data_path), "--save-constants",
                  str(tmp_path / "no" / "x.json")]) == 2
     assert "--save-constants" in capsys.readouterr().err
+
+
+def test_fit_command_fits_physical_constants(capsys, data_path, tmp_path):
+    """`evolve fit` carries the search's physics penalty: a seed started from constants
+    that price context below the measured kernels is fitted to ones that pass the checks."""
+    from evaluator.api import probe_batches
+    from evolve import physics
+
+    src = (SEEDS_DIR / "transfer.py").read_text().replace(
+        '"dc_kv": (1.94710771, 0.01, 20.0)', '"dc_kv": (0.3, 0.01, 20.0)')
+    f = tmp_path / "slow_kv.py"
+    f.write_text(src)
+    prog = parse_program(src)
+    ev = Evaluator.from_data(str(data_path))
+    probes = {s.model: probe_batches(s) for s in ev.scenarios}
+    model = step_model(prog)
+    assert physics.check(model, dict.fromkeys(probes, prog.init_vector()), probes)
+    out = tmp_path / "c.json"
+    code = main(["fit", str(f), "--data", str(data_path), "--head-seconds", "30",
+                 "--max-evals", "150", "--restarts", "0", "--save-constants", str(out)])
+    assert code == 0
+    capsys.readouterr()
+    fitted = json.loads(out.read_text())["global"]
+    x = np.array([fitted[k] for k in prog.const_names])
+    assert physics.check(model, dict.fromkeys(probes, x), probes) is None

@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the fitted constants as JSON {group: {name: value}}, "
                         "the form `evolve export-go PROGRAM --constants FILE` and `evolve "
                         "validate PROGRAM --constants FILE` read")
+    parser.add_argument("--no-physics", action="store_true",
+                        help="fit without the search's physics penalty (evolve/physics.py: "
+                        "synthetic batches priced positive, monotone, above the memory "
+                        "floor and the measured attention kernels' context slope)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -141,8 +145,14 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
+    from evaluator.api import ProbeBatches, probe_batches
+
+    # the search's physics penalty (evolve/physics.py), in both fits
+    probes: dict[str, ProbeBatches] = {}
+    for name in [] if args.no_physics else train:
+        probes.setdefault(ev.by_name[name].model, probe_batches(ev.by_name[name]))
     res = fit_program(program, ev, train, args.scope, args.seed, args.max_evals, args.restarts,
-                      prior_strength=args.prior)
+                      prior_strength=args.prior, probes=probes)
     say(f"fitted {len(res.groups)} group(s) in {time.perf_counter() - t0:.2f} s, "
         f"{res.n_evals} evaluations, status {res.status}")
     polish = None
@@ -150,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         from evolve.fitting import closed_loop_fit
 
         polish = closed_loop_fit(program, ev, train, args.scope, args.seed, start=res.groups,
-                                 max_evals=args.polish_evals, prior_strength=args.prior)
+                                 max_evals=args.polish_evals, prior_strength=args.prior,
+                                 probes=probes)
         say(f"closed-loop polish: {polish.n_evals} simulations, slice loss "
             f"{_fmt(polish.loss, 4)}, status {polish.status}")
         if polish.status == "ok":

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         if args.polish_evals > 0:
             fitted = closed_loop_fit(program, ev, train, scope, args.seed, start=fitted,
                                      max_evals=args.polish_evals,
-                                     prior_strength=args.prior).groups
+                                     prior_strength=args.prior, probes=probes).groups
         consts = const_map(program, fitted, ev.scenarios, scope)
         sims = ev.simulate(model, consts, names=test)
         out[held] = {n: r.metrics.to_dict() for n, r in sims.items()}

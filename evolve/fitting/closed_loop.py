@@ -23,12 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from evaluator.api import Evaluator, StepModel, loss
+from evaluator.api import Evaluator, ProbeBatches, StepModel, loss
 from evolve.codegen import step_model
 from evolve.fitting.bounds import Box, FitResult, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
 from evolve.fitting.teacher_forced import Shrink
 from evolve.language import Program
+from evolve.physics import PhysicsPenalty
 
 SIGMA0 = 0.08  # smaller than teacher forced: the polish starts near a fitted optimum
 TOLERANCES = {"tolfun": 1e-6}  # cma's defaults otherwise; each evaluation is a simulation
@@ -65,15 +66,24 @@ class SliceObjective:
 
 
 class _Shrunk:
-    """A slice objective plus pooled scope's shrinkage; invalid points stay penalised."""
+    """A slice objective plus shrinkage and physics terms; invalid points stay penalised.
+
+    The terms are evaluated first: a candidate they price at ``PENALTY`` (non-physical
+    probe step times) is not simulated.
+    """
 
     def __init__(self, base: Callable[[np.ndarray], np.ndarray],
-                 shrink: Callable[[np.ndarray], np.ndarray]) -> None:
-        self.base, self.shrink = base, shrink
+                 terms: Sequence[Callable[[np.ndarray], np.ndarray]]) -> None:
+        self.base, self.terms = base, list(terms)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
-        f = self.base(X)
-        return np.where(f >= PENALTY, PENALTY, f + self.shrink(X))
+        extra = np.sum([t(X) for t in self.terms], axis=0)
+        out = np.full(X.shape[0], PENALTY)
+        ok = extra < PENALTY
+        if ok.any():
+            f = self.base(X[ok])
+            out[ok] = np.where(f >= PENALTY, PENALTY, np.minimum(f + extra[ok], PENALTY))
+        return out
 
 
 def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope: str,
@@ -81,7 +91,8 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
                     max_evals: int = 200, sigma0: float = SIGMA0, width_s: float = 120.0,
                     warmup_s: float = 30.0,
                     log: Callable[[str], None] | None = None,
-                    pool_strength: float = 0.5, prior_strength: float = 0.0) -> FitResult:
+                    pool_strength: float = 0.5, prior_strength: float = 0.0,
+                    probes: Mapping[str, ProbeBatches] | None = None) -> FitResult:
     """Fit constants closed loop on stage slices of ``names``, group by group.
 
     Group ``g`` starts from ``start[g]`` exactly (the program's initial values if absent)
@@ -93,6 +104,9 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
     ``pool_strength / (training runs of the model)``, as in the teacher-forced fit; any
     other group, with ``prior_strength`` > 0, towards the program's declared initial values
     with strength ``prior_strength / (training runs)`` (the teacher-forced fit's prior).
+    ``probes``: the teacher-forced fit's :class:`evolve.physics.PhysicsPenalty` for the
+    group's models, so a polish does not trade the physics checks for slice loss (the
+    search would then reject the polished constants and keep the unpolished ones).
     """
     sl = slice_evaluator(ev, names, width_s, warmup_s)
     model = step_model(program)
@@ -110,12 +124,20 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
         x_start = (np.array([start[g][k] for k in program.const_names], dtype=np.float64)
                    if start and g in start else init)
         obj: Callable[[np.ndarray], np.ndarray] = SliceObjective(sl, model, members[g])
-        n_runs = len({sl.by_name[s].meta["parent"] for s in members[g]})
+        parents = {sl.by_name[s].meta["parent"] for s in members[g]}
+        n_runs = len(parents)
+        terms: list[Callable[[np.ndarray], np.ndarray]] = []
+        if probes:
+            models = sorted({ev.by_name[p].model for p in parents} & set(probes))
+            if models:
+                terms.append(PhysicsPenalty(model, [probes[k] for k in models], PENALTY))
         if scope == "pooled" and start and "global" in start:
             centre = np.array([start["global"][k] for k in program.const_names])
-            obj = _Shrunk(obj, Shrink(box, centre, pool_strength / max(n_runs, 1)))
+            terms.append(Shrink(box, centre, pool_strength / max(n_runs, 1)))
         elif prior_strength > 0.0:
-            obj = _Shrunk(obj, Shrink(box, init, prior_strength / max(n_runs, 1)))
+            terms.append(Shrink(box, init, prior_strength / max(n_runs, 1)))
+        if terms:
+            obj = _Shrunk(obj, terms)
         m = minimize(obj, box, x_start, seed=seed,
                      label=f"closed:{g}", max_evals=max_evals, sigma0=sigma0,
                      tolerances=TOLERANCES, snap_start=False)

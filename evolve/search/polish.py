@@ -59,7 +59,7 @@ def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals
                           max_evals=evals, width_s=cfg.fit.slice_seconds,
                           warmup_s=cfg.fit.slice_warmup_seconds,
                           pool_strength=ctx.pool_strength,
-                          prior_strength=ctx.prior_strength)
+                          prior_strength=ctx.prior_strength, probes=ctx.probes)
     out = score_program(ctx, prog, fit.groups)
     out.n_evals = res.n_evals + fit.n_evals
     # a refit on the training slices must not buy training loss with held-out accuracy

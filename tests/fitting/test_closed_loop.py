@@ -99,3 +99,23 @@ def test_prior_pulls_the_closed_loop_fit_towards_the_declared_constants(ev):
     k = "overhead_us"
     assert free.groups["global"][k] < 20000.0  # the data want far less than 40 ms
     assert held.groups["global"][k] > free.groups["global"][k]  # the prior pulls back up
+
+
+def test_physics_probes_steer_the_closed_loop_fit_to_a_priced_context(ev):
+    """A start that prices context at a fifth of the KV read breaks the long-context slope
+    check; with the probes the polish ends on constants that pass every physics check."""
+    from evaluator.api import probe_batches
+    from evolve import physics
+
+    p = parse_program('CONSTANTS = {"k": (0.2, 0.0, 2.0), "base": (30000.0, 100.0, 60000.0)}\n'
+                      "\ndef step_time(f, c):\n"
+                      "    return f.weight_read + c.k * f.kv_read + c.base\n")
+    probes = {s.model: probe_batches(s) for s in ev.scenarios}
+    model = step_model(p)
+    first = {m: p.init_vector() for m in probes}
+    assert "measured decode-attention kernel" in (physics.check(model, first, probes) or "")
+    r = closed_loop_fit(p, ev, ev.names(), "global", seed=5, max_evals=40, probes=probes,
+                        **SLICE)
+    fitted = np.array([r.groups["global"][k] for k in p.const_names])
+    assert physics.check(model, dict.fromkeys(probes, fitted), probes) is None
+    assert r.groups["global"]["k"] > 1.0  # the kernels cost ~1.0-1.15 x the KV read

@@ -37,8 +37,10 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 # by its measured kernel features (four new glossary features, the `kernels` seed), and by
 # closed-loop refits starting from the better of the fitted and the declared constants, and
 # by the prior on declared constants becoming the default (fit.prior_strength = 1), and by
-# the `transfer` seed joining the seeds, and by `pooled` becoming the default constant scope.
-GOLDEN = "a3b1ff780b3cc86826b936986af583676afc123180c999362ecd8b3d1929979b"
+# the `transfer` seed joining the seeds, and by `pooled` becoming the default constant scope,
+# and by the long-context slope check (decode steps priced at least as the measured
+# decode-attention kernel) with its penalty in both the teacher-forced and closed-loop fits.
+GOLDEN = "f1ce98edf4a37ee88942e9c80a38827039be2b1e9882e9f2e1e3b7eaea244fc3"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
