@@ -2,15 +2,17 @@
 
 Real-data tests run against ``../shared/data`` (or ``EVOLVE_DATA``); fixtures cut runs to
 their first seconds so the suite stays fast on 2 cores while still exercising real
-requests. A test that uses one of the real-data fixtures, or is marked ``real_data``,
-is skipped with one reason when those runs are absent (``EVOLVE_DATA=/empty/dir pytest``
-shows it). ``synthetic_data`` is a data directory the tests build themselves
+requests. When those runs are absent the session stops with one line saying so, unless
+``EVOLVE_SKIP_REAL_DATA=1``: then every test that uses a real-data fixture, or is marked
+``real_data``, is skipped with that reason (a skip must not hide the real work).
+``synthetic_data`` is a data directory the tests build themselves
 (``tests/synthetic_data.py``: simulated from a known program, written as TraceV2,
 ingested), so the ingest path and a search on it run everywhere.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -60,14 +62,21 @@ def real_data_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark real-data tests (by fixture use) and skip them when the runs are absent."""
-    have = real_data_available()
-    skip = pytest.mark.skip(reason=REAL_DATA_REASON)
+    """Mark real-data tests (by fixture use); without the runs, stop (or skip on request)."""
+    needed = []
     for item in items:
         if REAL_DATA_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_data)
-        if not have and item.get_closest_marker("real_data") is not None:
-            item.add_marker(skip)
+        if item.get_closest_marker("real_data") is not None:
+            needed.append(item)
+    if not needed or real_data_available():
+        return
+    if os.environ.get("EVOLVE_SKIP_REAL_DATA") != "1":
+        raise pytest.UsageError(f"{REAL_DATA_REASON}: set EVOLVE_DATA to the data directory, "
+                                f"or EVOLVE_SKIP_REAL_DATA=1 to skip its {len(needed)} tests")
+    skip = pytest.mark.skip(reason=f"{REAL_DATA_REASON} (EVOLVE_SKIP_REAL_DATA=1)")
+    for item in needed:
+        item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

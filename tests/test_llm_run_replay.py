@@ -22,6 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm_server import LLMServer, Reply, fenced, parent_source, program_for
+from needs import missing
 
 from evaluator.scenarios import DataError, data_dir
 
@@ -103,7 +104,8 @@ def data() -> Path:
     try:
         return data_dir(os.environ.get("EVOLVE_DATA") or ROOT.parent / "shared" / "data")
     except DataError as exc:
-        pytest.skip(f"no measured data to replay a run on ({exc}); set EVOLVE_DATA")
+        missing(f"no measured data to replay a run on ({exc})", "EVOLVE_SKIP_REAL_DATA",
+                "set EVOLVE_DATA")
 
 
 @pytest.mark.real_data

