@@ -39,11 +39,11 @@ validate run is touched: the batches are synthetic.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from evaluator.api import FEATURE_INDEX, ProbeBatches, StepModel
+from evaluator.api import FEATURE_INDEX, Evaluator, ProbeBatches, StepModel, probe_batches
 
 FLOOR_CONTEXT = 1024.0
 FLOOR_MARGIN = 0.10
@@ -56,16 +56,28 @@ def physical_floor(features: np.ndarray) -> np.ndarray:
     return np.asarray(sum(features[FEATURE_INDEX[n]] for n in _MEMORY), dtype=np.float64)
 
 
+def probes_for(evaluator: Evaluator, names: Sequence[str]) -> dict[str, ProbeBatches]:
+    """One synthetic probe grid per model among the named runs (the search's, `evolve
+    fit`'s and `evolve generalize`'s physics penalty all read these)."""
+    probes: dict[str, ProbeBatches] = {}
+    for name in sorted(names):
+        sc = evaluator.by_name[name]
+        if sc.model not in probes:
+            probes[sc.model] = probe_batches(sc)
+    return probes
+
+
 def long_context_pairs(probe: ProbeBatches) -> tuple[np.ndarray, np.ndarray]:
-    """The decode-only "more context" pairs at long context and the measured decode
-    attention time each adds, in µs."""
+    """The decode-only "more context" pairs at long context where the measured decode
+    attention grows, and the time it adds, in µs."""
     f = probe.features
     a, b = probe.more_context[:, 0], probe.more_context[:, 1]
     prefill = f[FEATURE_INDEX["prefill_tokens"]]
-    keep = (probe.context[a] >= FLOOR_CONTEXT) & (prefill[a] == 0.0) & (prefill[b] == 0.0)
-    pairs = probe.more_context[keep]
     kernel = f[FEATURE_INDEX["k_dc_attn"]]
-    return pairs, kernel[pairs[:, 1]] - kernel[pairs[:, 0]]
+    added = kernel[b] - kernel[a]
+    keep = ((probe.context[a] >= FLOOR_CONTEXT) & (prefill[a] == 0.0) & (prefill[b] == 0.0)
+            & (added > 0.0))
+    return probe.more_context[keep], added[keep]
 
 
 def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str | None:
@@ -96,7 +108,7 @@ def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str 
                 f"more than {FLOOR_MARGIN:.0%}")
     pairs, added = long_context_pairs(probe)
     grow = t[pairs[:, 1]] - t[pairs[:, 0]]
-    short = np.flatnonzero((added > 0.0) & (grow < (1.0 - FLOOR_MARGIN) * added))
+    short = np.flatnonzero(grow < (1.0 - FLOOR_MARGIN) * added)
     if short.size:
         k = int(short[np.argmax((added[short] - grow[short]) / added[short])])
         i, j = int(pairs[k, 0]), int(pairs[k, 1])
@@ -143,22 +155,17 @@ class PhysicsPenalty:
         context = np.concatenate([p.context for p in probes])
         self.long = np.flatnonzero(context >= FLOOR_CONTEXT)
         self.floor = floor[self.long]
-        pairs, offset = [], 0
+        pairs, slope, added, offset = [], [], [], 0
         for p in probes:
             pairs += [p.more_context + offset, p.more_tokens + offset]
-            offset += p.features.shape[1]
-        both = np.concatenate(pairs)
-        self.a, self.b = both[:, 0], both[:, 1]
-        slope, added, offset = [], [], 0
-        for p in probes:
             lp, gain = long_context_pairs(p)
-            keep = gain > 0.0
-            slope.append(lp[keep] + offset)
-            added.append(gain[keep])
+            slope.append(lp + offset)
+            added.append(gain)
             offset += p.features.shape[1]
-        long_pairs = np.concatenate(slope) if slope else np.zeros((0, 2), dtype=np.int64)
+        both, long_pairs = np.concatenate(pairs), np.concatenate(slope)
+        self.a, self.b = both[:, 0], both[:, 1]
         self.la, self.lb = long_pairs[:, 0], long_pairs[:, 1]
-        self.added = np.concatenate(added) if added else np.zeros(0)
+        self.added = np.concatenate(added)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))

@@ -145,12 +145,10 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
-    from evaluator.api import ProbeBatches, probe_batches
+    from evolve.physics import probes_for
 
     # the search's physics penalty (evolve/physics.py), in both fits
-    probes: dict[str, ProbeBatches] = {}
-    for name in [] if args.no_physics else train:
-        probes.setdefault(ev.by_name[name].model, probe_batches(ev.by_name[name]))
+    probes = {} if args.no_physics else probes_for(ev, train)
     res = fit_program(program, ev, train, args.scope, args.seed, args.max_evals, args.restarts,
                       prior_strength=args.prior, probes=probes)
     say(f"fitted {len(res.groups)} group(s) in {time.perf_counter() - t0:.2f} s, "

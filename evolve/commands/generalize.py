@@ -52,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
-    from evaluator.api import Evaluator, ProbeBatches, probe_batches
+    from evaluator.api import Evaluator
     from evolve.fitting import closed_loop_fit, const_map, fit_program
+    from evolve.physics import probes_for
 
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)
@@ -72,9 +73,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         ev.refresh_corpora(model, const_map(program, start_groups, ev.scenarios, scope),
                            names=train)
-        probes: dict[str, ProbeBatches] = {}
-        for name in train:  # the same physics penalty as the search's fits
-            probes.setdefault(ev.by_name[name].model, probe_batches(ev.by_name[name]))
+        probes = probes_for(ev, train)  # the same physics penalty as the search's fits
         fit = fit_program(program, ev, train, scope, seed=args.seed, max_evals=args.max_evals,
                           probes=probes, prior_strength=args.prior)
         fitted = fit.groups

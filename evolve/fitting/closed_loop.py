@@ -27,7 +27,7 @@ from evaluator.api import Evaluator, ProbeBatches, StepModel, loss
 from evolve.codegen import step_model
 from evolve.fitting.bounds import Box, FitResult, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
-from evolve.fitting.teacher_forced import Shrink
+from evolve.fitting.teacher_forced import Penalised, Shrink
 from evolve.language import Program
 from evolve.physics import PhysicsPenalty
 
@@ -62,27 +62,6 @@ class SliceObjective:
         for i, x in enumerate(X):
             val = self.one(x)
             out[i] = val if np.isfinite(val) else PENALTY
-        return out
-
-
-class _Shrunk:
-    """A slice objective plus shrinkage and physics terms; invalid points stay penalised.
-
-    The terms are evaluated first: a candidate they price at ``PENALTY`` (non-physical
-    probe step times) is not simulated.
-    """
-
-    def __init__(self, base: Callable[[np.ndarray], np.ndarray],
-                 terms: Sequence[Callable[[np.ndarray], np.ndarray]]) -> None:
-        self.base, self.terms = base, list(terms)
-
-    def __call__(self, X: np.ndarray) -> np.ndarray:
-        extra = np.sum([t(X) for t in self.terms], axis=0)
-        out = np.full(X.shape[0], PENALTY)
-        ok = extra < PENALTY
-        if ok.any():
-            f = self.base(X[ok])
-            out[ok] = np.where(f >= PENALTY, PENALTY, np.minimum(f + extra[ok], PENALTY))
         return out
 
 
@@ -137,7 +116,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
         elif prior_strength > 0.0:
             terms.append(Shrink(box, init, prior_strength / max(n_runs, 1)))
         if terms:
-            obj = _Shrunk(obj, terms)
+            obj = Penalised(obj, terms)
         m = minimize(obj, box, x_start, seed=seed,
                      label=f"closed:{g}", max_evals=max_evals, sigma0=sigma0,
                      tolerances=TOLERANCES, snap_start=False)

@@ -167,17 +167,25 @@ class Shrink:
         return self.strength * ((U - self.u0) ** 2).sum(axis=1)
 
 
-class _Penalised:
-    """The fitting loss plus extra terms; invalid points stay at :data:`PENALTY`."""
+class Penalised:
+    """A loss plus extra terms (physics, shrinkage); invalid points stay at :data:`PENALTY`.
 
-    def __init__(self, base: GroupObjective, terms: Sequence[Callable[[np.ndarray],
-                                                                      np.ndarray]]) -> None:
+    The terms are evaluated first and the loss only for candidates they leave below
+    ``PENALTY``: in the closed-loop fit every loss evaluation is a simulation.
+    """
+
+    def __init__(self, base: Callable[[np.ndarray], np.ndarray],
+                 terms: Sequence[Callable[[np.ndarray], np.ndarray]]) -> None:
         self.base, self.terms = base, list(terms)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
-        f = self.base(X)
-        extra = sum((t(X) for t in self.terms), np.zeros(f.shape))
-        return np.where(f >= PENALTY, PENALTY, np.minimum(f + extra, PENALTY))
+        extra = sum((t(X) for t in self.terms), np.zeros(X.shape[0]))
+        out = np.full(X.shape[0], PENALTY)
+        ok = extra < PENALTY
+        if ok.any():
+            f = self.base(X[ok])
+            out[ok] = np.where(f >= PENALTY, PENALTY, np.minimum(f + extra[ok], PENALTY))
+        return out
 
 
 def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], scope: str,
@@ -240,7 +248,7 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
         elif prior_strength > 0.0:
             terms.append(Shrink(box, init, prior_strength / max(n_runs, 1)))
         base = GroupObjective(program, model, evaluator, members[g])
-        obj = _Penalised(base, terms) if terms else base
+        obj = Penalised(base, terms) if terms else base
         if program.n_constants == 0:
             x, f, st, n = init, float(obj(init[None, :])[0]), "no_constants", 1
         else:

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from evaluator.api import Evaluator, ProbeBatches, probe_batches
+from evaluator.api import Evaluator, ProbeBatches
+from evolve.physics import probes_for
 
 
 @dataclass
@@ -74,10 +75,7 @@ def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunC
                      cfg.fit.max_evals, cfg.fit.restarts, cfg.fit.pool_strength,
                      cfg.fit.prior_strength)
     if cfg.search.physics == "reject":
-        for name in sorted(splits):
-            sc = evaluator.by_name[name]
-            if sc.model not in ctx.probes:
-                ctx.probes[sc.model] = probe_batches(sc)
+        ctx.probes = probes_for(evaluator, list(splits))
     if cfg.fit.fitness == "closed_loop":
         slices = []
         for name in sorted(splits):
