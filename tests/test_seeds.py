@@ -19,7 +19,8 @@ from evolve.errors import UserError
 from evolve.fitting import const_map
 from evolve.language import check_outputs, parse_program
 
-REQUIRED = {"trained_physics", "roofline", "linear", "phase_max", "regime", "smooth", "transfer"}
+REQUIRED = {"trained_physics", "roofline", "linear", "phase_max", "regime", "smooth", "transfer",
+            "layered"}
 
 
 def test_seeds_directory_is_found_from_the_package():
@@ -91,6 +92,40 @@ def test_transfer_seed_keeps_blis_priors_and_prices_tp_latency(small_scenarios):
         F = compute_features(stats, sc.arch_vector)
         extra = model.vector_fn(F, bump) - model.vector_fn(F, x)
         np.testing.assert_allclose(extra, 5.0 * (sc.server.tp - 1) * sc.arch.layers, rtol=1e-9)
+
+
+def test_layered_seed_prices_overheads_by_the_counts_they_scale_with(small_scenarios):
+    """Per layer on every server, per all-reduce only where TP > 1, per MoE layer only on
+    Mixtral; and the GEMM time never below the weights streamed at peak bandwidth."""
+    p = parse_program((SEEDS_DIR / "layered.py").read_text())
+    names = [s.name for s in p.constants]
+    model = step_model(p)
+    stats = np.zeros((N_STATS, 2))
+    stats[STAT_INDEX["n_decode"]] = stats[STAT_INDEX["decode_tokens"]] = [16, 64]
+    stats[STAT_INDEX["dc_kv_sum"]] = [8000, 40000]
+    x = p.init_vector()
+    seen_moe = seen_tp1 = False
+    for sc in small_scenarios:
+        F = compute_features(stats, sc.arch_vector)
+        base = model.vector_fn(F, x)
+        layers, moe, sharded = sc.arch.layers, float(sc.arch.is_moe), float(sc.server.tp > 1)
+        seen_moe |= bool(moe)
+        seen_tp1 |= not sharded
+        for name, per_layer in (("per_layer_us", 1.0), ("moe_layer_us", moe),
+                                ("allreduce_us", 2.0 * sharded)):
+            bump = x.copy()
+            bump[names.index(name)] += 5.0
+            np.testing.assert_allclose(model.vector_fn(F, bump) - base,
+                                       5.0 * per_layer * layers, rtol=1e-9, atol=1e-9)
+        bare = x.copy()  # kernels only: every overhead and the bandwidth all-reduce at 0
+        for name in ("comm", "allreduce_us", "per_layer_us", "moe_layer_us", "per_req_us"):
+            bare[names.index(name)] = 0.0
+        bare[names.index("per_step_us")] = 0.0
+        t = model.vector_fn(F, bare)
+        weights = F[FEATURE_INDEX["weight_read"]]
+        assert np.all(t >= weights + F[FEATURE_INDEX["k_dc_attn"]] - 1e-9)
+        assert np.all(t >= F[FEATURE_INDEX["k_step"]] - 1e-9)
+    assert seen_moe and seen_tp1  # the fixture covers both kinds of server
 
 
 def test_trained_physics_decode_kv_term_is_blis_basis(small_scenarios):
@@ -166,6 +201,24 @@ def test_fit_saves_constants_that_export_go_reads(tmp_path, capsys, data_path):
     assert main(["fit", "transfer", "--data", str(data_path), "--save-constants",
                  str(tmp_path / "no" / "x.json")]) == 2
     assert "--save-constants" in capsys.readouterr().err
+
+
+def test_rule_for_an_unmeasured_model_fits_and_exports_by_seed_name(tmp_path, capsys,
+                                                                      data_path):
+    """docs/selection.md's rule: `evolve fit layered --scope global ... --save-constants`,
+    then `evolve export-go layered --constants` (a seed name, as fit takes it): the fitted
+    per-layer cost is in the Go file, which prices any model name with the global set."""
+    saved = tmp_path / "layered.json"
+    assert main(["fit", "layered", "--data", str(data_path), "--head-seconds", "30",
+                 "--scope", "global", "--prior", "1", "--max-evals", "60", "--restarts", "0",
+                 "--save-constants", str(saved)]) == 0
+    fitted = json.loads(saved.read_text())["global"]
+    out = tmp_path / "layered.go"
+    capsys.readouterr()
+    assert main(["export-go", "layered", "--constants", str(saved), "-o", str(out)]) == 0
+    go = out.read_text()
+    assert repr(fitted["per_layer_us"])[:8] in go and "maximum(f.k_gemm, f.weight_read)" in go
+    assert main(["export-go", "no_such_seed_or_id"]) != 0  # neither a seed nor an archive
 
 
 def test_fit_command_fits_physical_constants(capsys, data_path, tmp_path):

@@ -22,7 +22,8 @@ HELP = "translate a program to a BLIS Go model"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", metavar="ID",
-                        help="program id (or unique prefix) in the archive, or a program file")
+                        help="program id (or unique prefix) in the archive, a program file "
+                        "or a seed name (e.g. layered)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     parser.add_argument("--archive", default="archive.db", metavar="F", help="archive file")
     parser.add_argument("--run", type=int, metavar="N",
@@ -213,10 +214,13 @@ def _kernels(prog: Any, data: str | None, infos: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     from evolve.errors import ExportError, UserError
     from evolve.export.go import export_go
-    from evolve.targets import output_file
+    from evolve.targets import output_file, seed_path
 
     if args.output:  # an unwritable path is found now, not after the work
         output_file(args.output, "-o")
+    seed = seed_path(args.id)  # a bare seed name means its file (as fit, validate, generalize)
+    if seed is not None and not Path(args.id).is_file():
+        args.id = str(seed)
     source = _from_file if Path(args.id).is_file() else _from_archive
     prog, consts, scope, meta = source(args)
     infos = group_infos(scope, sorted(consts), model_names(args.data))

@@ -21,8 +21,8 @@ def _metrics(ape: float, failures: float = 0.0) -> dict:
             "meas": {"failures": failures}}
 
 
-def _generalize(apes: dict[str, float]) -> dict:
-    return {"folds": {"a": {n: _metrics(v) for n, v in apes.items()}}}
+def _generalize(apes: dict[str, float], seed: int = 7) -> dict:
+    return {"seed": seed, "folds": {"a": {n: _metrics(v) for n, v in apes.items()}}}
 
 
 def _seed(seed: int, scale: float, lomo_ape: float) -> dict:
@@ -41,7 +41,10 @@ def test_within_counts_normal_runs_only():
 
 def test_targets_follow_the_medians_over_seeds():
     seeds = [_seed(7, 1.0, 0.05), _seed(1, 1.0, 0.5), _seed(2, 3.0, 0.5)]
-    held = {**seeds[0]["held"], "reference": _generalize({"a-general": 0.09})}
+    rule = [_generalize({"a-general": 0.09, "b-general": 0.2}, 7),
+            _generalize({"a-general": 0.11, "b-general": 0.2}, 1),
+            _generalize({"a-general": 0.09, "b-general": 0.05}, 2)]
+    held = {**seeds[0]["held"], "rule": rule}
     args = argparse.Namespace(seeds=[7, 1, 2], generations=60)
     text = render(seeds, {}, held, args)
     assert "picked program of seed 7" in text.lower()
@@ -50,5 +53,7 @@ def test_targets_follow_the_medians_over_seeds():
     # LOMO per seed: 2, 1, 1 of 2 -> median 1
     assert "median 1 of 2 (target 10; per seed 7: 2, 1: 1, 2: 1)" in text
     assert "LOWO held-out normal runs within 10 % mean E2E: median 2 of 2" in text
-    assert "physics alone, refitted with one global set without each model): LOMO 1 of 1" \
-        in text
+    # the rule's LOMO over fitting seeds 7, 1, 2: 1, 0, 2 of 2 -> median 1, and its table
+    assert ("refitted without each model): LOMO median 1 of 2 over fitting seeds 7, 1, 2 "
+            "(1, 0, 2; target 10)") in text
+    assert "`evolve generalize layered --mode lomo --seed 7`" in text

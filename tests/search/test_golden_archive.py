@@ -39,8 +39,9 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 # by the prior on declared constants becoming the default (fit.prior_strength = 1), and by
 # the `transfer` seed joining the seeds, and by `pooled` becoming the default constant scope,
 # and by the long-context slope check (decode steps priced at least as the measured
-# decode-attention kernel) with its penalty in both the teacher-forced and closed-loop fits.
-GOLDEN = "f1ce98edf4a37ee88942e9c80a38827039be2b1e9882e9f2e1e3b7eaea244fc3"
+# decode-attention kernel) with its penalty in both the teacher-forced and closed-loop fits,
+# and by the `layered` seed joining the seeds (overheads per layer, MoE layer, all-reduce).
+GOLDEN = "2c73743414e5f3f2f96b9799301e93be76cb69ec7470b4e53b6bbd9266e529cd"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
