@@ -34,6 +34,13 @@ def seed_path(spec: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def program_file(spec: str) -> Path | None:
+    """The program file ``spec`` names: itself if it is a file, else the seed of that name
+    (``layered`` -> seeds/layered.py), else None (an archive id, or nothing)."""
+    path = Path(spec)
+    return path if path.is_file() else seed_path(spec)
+
+
 def parse_stored(source: str, program_id: str, where: str) -> Program:
     """An archived program's stored source, checked again: a source that no longer passes
     the checker (the language changed, or the archive was edited) is one line naming the
@@ -93,9 +100,7 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
     from evolve.errors import ProgramError
     from evolve.language import parse_program
 
-    path = Path(args.program)
-    if not path.exists():
-        path = seed_path(args.program) or path
+    path = program_file(args.program) or Path(args.program)
     if path.suffix == ".py" or path.exists():
         try:
             program = parse_program(path.read_bytes())

@@ -118,9 +118,9 @@ def test_layered_seed_prices_overheads_by_the_counts_they_scale_with(small_scena
             np.testing.assert_allclose(model.vector_fn(F, bump) - base,
                                        5.0 * per_layer * layers, rtol=1e-9, atol=1e-9)
         bare = x.copy()  # kernels only: every overhead and the bandwidth all-reduce at 0
-        for name in ("comm", "allreduce_us", "per_layer_us", "moe_layer_us", "per_req_us"):
+        for name in ("comm", "allreduce_us", "per_layer_us", "moe_layer_us", "per_req_us",
+                     "per_step_us"):
             bare[names.index(name)] = 0.0
-        bare[names.index("per_step_us")] = 0.0
         t = model.vector_fn(F, bare)
         weights = F[FEATURE_INDEX["weight_read"]]
         assert np.all(t >= weights + F[FEATURE_INDEX["k_dc_attn"]] - 1e-9)

@@ -214,14 +214,14 @@ def _kernels(prog: Any, data: str | None, infos: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     from evolve.errors import ExportError, UserError
     from evolve.export.go import export_go
-    from evolve.targets import output_file, seed_path
+    from evolve.targets import output_file, program_file
 
     if args.output:  # an unwritable path is found now, not after the work
         output_file(args.output, "-o")
-    seed = seed_path(args.id)  # a bare seed name means its file (as fit, validate, generalize)
-    if seed is not None and not Path(args.id).is_file():
-        args.id = str(seed)
-    source = _from_file if Path(args.id).is_file() else _from_archive
+    path = program_file(args.id)  # a file, or a seed name (as fit, validate, generalize)
+    if path is not None:
+        args.id = str(path)
+    source = _from_file if path is not None else _from_archive
     prog, consts, scope, meta = source(args)
     infos = group_infos(scope, sorted(consts), model_names(args.data))
     for item in args.alias:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from evolve.codegen import step_model
 from evolve.errors import UserError
-from evolve.targets import SEEDS_DIR, available_seeds, output_file, seed_path
+from evolve.targets import SEEDS_DIR, available_seeds, output_file, program_file
 
 HELP = "fit a program's constants and print its per-run table"
 SPLIT_ORDER = ("train", "validate", "test")
@@ -71,13 +71,10 @@ def load_program(spec: str):
     from evolve.errors import ProgramError
     from evolve.language import parse_program
 
-    path = Path(spec)
-    if not path.is_file():
-        seed = seed_path(spec)
-        if seed is None:
-            raise UserError(f"{spec}: no such file and no seed of that name (seeds: "
-                            f"{', '.join(available_seeds()) or 'none found in ' + str(SEEDS_DIR)})")
-        path = seed
+    path = program_file(spec)
+    if path is None:
+        raise UserError(f"{spec}: no such file and no seed of that name (seeds: "
+                        f"{', '.join(available_seeds()) or 'none found in ' + str(SEEDS_DIR)})")
     try:
         return parse_program(path.read_bytes()), path
     except OSError as exc:
