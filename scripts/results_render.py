@@ -146,7 +146,8 @@ def render(seeds: list[dict[str, Any]], base: dict[str, Any], held: dict[str, An
         if result is None:
             continue
         what = (f"{first['pick'][:12]} --mode {mode}" if mode != "rule"
-                else f"layered --mode lomo --seed {result['seed']}")
+                else f"layered --mode lomo --polish-evals {result['polish_evals']} "
+                f"--seed {result['seed']}")
         out += ["", f"**{title}** (`evolve generalize {what}`; "
                 "constants refitted without the held-out runs, which are simulated closed "
                 "loop; mean E2E / TTFT / decode APE):", "",

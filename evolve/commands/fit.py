@@ -189,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
             "corpus_version": version, "scoring": scoring,
             "fit": {"groups": res.groups, "loss": res.loss, "init_loss": res.init_loss,
                     "n_evals": res.n_evals, "status": res.status,
-                    "group_status": res.group_status},
+                    "group_status": res.group_status,
+                    "inert": {g: list(v) for g, v in res.inert.items()}},
             "split_loss": split_loss,
             "polish": None if polish is None else {"loss": polish.loss, "status": polish.status,
                                                    "n_evals": polish.n_evals},
@@ -263,7 +264,12 @@ def _simulating(program, path: Path, when: str) -> Iterator[None]:
 def _print_constants(program, res) -> None:
     groups = sorted(res.groups)
     headers = ["constant", "init", "low", "high", *groups]
+    inert = res.inert
     rows = [[s.name, f"{s.init:.6g}", f"{s.low:.6g}", f"{s.high:.6g}",
-             *(f"{res.groups[g][s.name]:.6g}" for g in groups)] for s in program.constants]
+             *(f"{res.groups[g][s.name]:.6g}" + ("=" if s.name in inert.get(g, ()) else "")
+               for g in groups)] for s in program.constants]
     print(f"fitted constants ({len(groups)} group(s))")
     print(_table(headers, rows) if rows else "(the program declares no constants)")
+    if any(inert.values()):
+        print("= kept at its start: no step time of the group's runs depends on it "
+              "(evolve/fitting/inert.py)")

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     model = step_model(program)
     start_groups = groups if scope != "global" or set(groups) == {"global"} else {}
     out: dict[str, dict] = {}
+    fold_consts: dict[str, dict] = {}
     for held in folds:
         train = [s.name for s in ev.scenarios if key(s) != held and s.workload != "reasoning"]
         test = [s.name for s in ev.scenarios if key(s) == held]
@@ -84,12 +85,15 @@ def run(args: argparse.Namespace) -> int:
             fitted = closed_loop_fit(program, ev, train, scope, args.seed, start=fitted,
                                      max_evals=args.polish_evals,
                                      prior_strength=args.prior, probes=probes).groups
+        fold_consts[held] = fitted
         consts = const_map(program, fitted, ev.scenarios, scope)
         sims = ev.simulate(model, consts, names=test)
         out[held] = {n: r.metrics.to_dict() for n, r in sims.items()}
     if args.json:
         json.dump({"program": program.id, "mode": args.mode, "seed": args.seed,
-                   "scope": scope, "folds": out}, sys.stdout,
+                   "scope": scope, "max_evals": args.max_evals,
+                   "polish_evals": args.polish_evals, "folds": out,
+                   "constants": fold_consts}, sys.stdout,
                   indent=1, sort_keys=True)
         print()
         return 0

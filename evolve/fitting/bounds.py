@@ -52,6 +52,7 @@ class FitResult:
     init_loss: float = float("inf")
     group_status: dict[str, str] = field(default_factory=dict)
     group_loss: dict[str, float] = field(default_factory=dict)
+    inert: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kept at their start
 
 
 def group_key(scenario: Scenario, scope: str) -> str:

@@ -27,6 +27,7 @@ from evaluator.api import Evaluator, ProbeBatches, StepModel, loss
 from evolve.codegen import step_model
 from evolve.fitting.bounds import Box, FitResult, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
+from evolve.fitting.inert import inert_constants, names_of
 from evolve.fitting.teacher_forced import Penalised, Shrink
 from evolve.language import Program
 from evolve.physics import PhysicsPenalty
@@ -83,6 +84,9 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
     ``pool_strength / (training runs of the model)``, as in the teacher-forced fit; any
     other group, with ``prior_strength`` > 0, towards the program's declared initial values
     with strength ``prior_strength / (training runs)`` (the teacher-forced fit's prior).
+    A constant no step time of the group depends on (its runs' teacher-forced windows if
+    the evaluator has them, and ``probes``) keeps its start value, as in the teacher-forced
+    fit (:mod:`evolve.fitting.inert`).
     ``probes``: the teacher-forced fit's :class:`evolve.physics.PhysicsPenalty` for the
     group's models, so a polish does not trade the physics checks for slice loss (the
     search would then reject the polished constants and keep the unpolished ones).
@@ -98,6 +102,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
     groups: dict[str, dict[str, float]] = {}
     g_loss: dict[str, float] = {}
     g_status: dict[str, str] = {}
+    inert: dict[str, tuple[str, ...]] = {}
     n_total = 0
     for g in sorted(members):
         x_start = (np.array([start[g][k] for k in program.const_names], dtype=np.float64)
@@ -117,9 +122,16 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
             terms.append(Shrink(box, init, prior_strength / max(n_runs, 1)))
         if terms:
             obj = Penalised(obj, terms)
+        seen = [ev.fit_sets[p].features for p in sorted(parents) if p in ev.fit_sets]
+        probe_map = probes or {}
+        seen += [probe_map[k].features for k in sorted(
+            {ev.by_name[p].model for p in parents} & set(probe_map))]
+        fixed = inert_constants(program, model, seen, x_start, box)
+        inert[g] = names_of(program, fixed)
         m = minimize(obj, box, x_start, seed=seed,
                      label=f"closed:{g}", max_evals=max_evals, sigma0=sigma0,
-                     tolerances=TOLERANCES, snap_start=False)
+                     tolerances=TOLERANCES, snap_start=False,
+                     fixed=fixed)
         groups[g] = {k: float(v) for k, v in zip(program.const_names, m.x, strict=True)}
         g_loss[g] = m.f if m.f < PENALTY else float("inf")
         g_status[g] = "ok" if m.f < m.f0 else "no_improvement"
@@ -146,4 +158,5 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
                       sl.simulate(model, slice_consts(start or {})).items()}, all_names)
     status = "ok" if any(v == "ok" for v in g_status.values()) else "no_improvement"
     return FitResult(groups=groups, loss=final, n_evals=n_total, status=status,
-                     init_loss=init_loss, group_status=g_status, group_loss=g_loss)
+                     init_loss=init_loss, group_status=g_status, group_loss=g_loss,
+                     inert=inert)

@@ -68,19 +68,29 @@ def _status(f: float, f0: float) -> str:
 def minimize(obj: PopulationObjective, box: Box, start: np.ndarray, *, seed: int,
              label: str, max_evals: int, sigma0: float, restarts: int = 0,
              tolerances: Mapping[str, float] | None = None,
-             snap_start: bool = True) -> Minimum:
+             snap_start: bool = True, fixed: np.ndarray | None = None) -> Minimum:
     """Minimise ``obj`` over ``box`` from the constants ``start``.
 
     ``tolerances`` are extra cma options (``tolfun``, ``tolx``, ...). ``snap_start``: the
     start point is evaluated (and returned if nothing beats it) where the box maps it back
     (True, the teacher-forced fit from a program's initial values), or exactly as given
     (False, the closed-loop polish of constants already judged: a round trip through the
-    log map may move them by an ulp).
+    log map may move them by an ulp). ``fixed`` (bool per constant): those keep their start
+    value and CMA-ES searches only the others (:mod:`evolve.fitting.inert` says which).
     """
     start = np.asarray(start, dtype=np.float64)
     u0 = box.to_unit(start)
-    n = u0.shape[0]
-    x_start = box.from_unit(u0[None, :]) if snap_start else start[None, :]
+    mask = np.zeros(u0.shape[0], dtype=bool) if fixed is None else np.asarray(fixed, bool)
+    live, frozen = np.flatnonzero(~mask), np.flatnonzero(mask)
+    n = live.shape[0]
+    x_start = box.from_unit(u0[None, :]) if snap_start else start[None, :].copy()
+    x_start[0, frozen] = start[frozen]  # a fixed constant is never snapped
+
+    def consts(U: np.ndarray) -> np.ndarray:  # fixed columns exactly as in the start
+        X = box.from_unit(U)
+        X[..., frozen] = x_start[0, frozen]
+        return X
+
     f0 = float(obj(x_start)[0])
     best_u: np.ndarray | None = None  # None: the start is still the best point
     best_f, n_evals = f0, 1
@@ -93,12 +103,13 @@ def minimize(obj: PopulationObjective, box: Box, start: np.ndarray, *, seed: int
             "bounds": [0.0, 1.0], "maxfevals": budget, "seed": np.nan,
             "randn": lambda lam, k, _rng=rng: _rng.standard_normal((lam, k)),
             "verbose": -9, "verb_log": 0, "verb_disp": 0, **(tolerances or {})}
-        es = cma.CMAEvolutionStrategy(list(u0) + ([0.5] if n == 1 else []),
+        es = cma.CMAEvolutionStrategy(list(u0[live]) + ([0.5] if n == 1 else []),
                                       sigma0 * (SIGMA_GROWTH ** restart), opts)
         while not es.stop():
             sols = es.ask()
-            xs = np.asarray(sols)[:, :n]
-            fs = obj(box.from_unit(xs))
+            xs = np.tile(u0, (len(sols), 1))
+            xs[:, live] = np.asarray(sols)[:, :n]
+            fs = obj(consts(xs))
             es.tell(sols, [float(f) for f in fs])
             n_evals += len(xs)
             budget -= len(xs)
@@ -109,8 +120,5 @@ def minimize(obj: PopulationObjective, box: Box, start: np.ndarray, *, seed: int
                 break
         if best_f < f0 and best_f < PENALTY:
             break  # success: restart only on failure (no valid point, or no improvement)
-    if best_u is not None:
-        x = box.from_unit(best_u)
-    else:
-        x = box.from_unit(u0) if snap_start else start.copy()
+    x = consts(best_u) if best_u is not None else x_start[0].copy()
     return Minimum(x=x, f=best_f, f0=f0, n_evals=n_evals, status=_status(best_f, f0))

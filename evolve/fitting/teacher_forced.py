@@ -30,6 +30,7 @@ from evaluator.api import Evaluator, FitSet, ProbeBatches, Scenario, StepModel, 
 from evolve.codegen import step_model
 from evolve.fitting.bounds import Box, FitResult, const_map, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
+from evolve.fitting.inert import inert_constants, names_of
 from evolve.language import Program
 from evolve.physics import PhysicsPenalty
 
@@ -212,6 +213,11 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
     towards the pooled set is pulled towards them by :class:`Shrink` of strength
     ``prior_strength / (training runs of the group)``, so a coefficient the training runs
     barely see (the long-context KV read, on short-context runs) keeps its prior value.
+
+    A constant no step time of the group depends on (:mod:`evolve.fitting.inert`: its
+    fitting windows and, with ``probes``, its models' synthetic batches) keeps its start
+    value (the declared one, or the ``"global"`` one under ``pooled``); ``inert`` in the
+    result names them per group.
     """
     names = list(names)
     if not names:
@@ -233,6 +239,7 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
     groups: dict[str, dict[str, float]] = {}
     g_status: dict[str, str] = {}
     g_loss: dict[str, float] = {}
+    inert: dict[str, tuple[str, ...]] = {}
     n_evals = 0
     for g in order:
         terms: list[Callable[[np.ndarray], np.ndarray]] = []
@@ -252,8 +259,14 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
         if program.n_constants == 0:
             x, f, st, n = init, float(obj(init[None, :])[0]), "no_constants", 1
         else:
+            probe_map = probes or {}
+            seen = [base.F, *(probe_map[k].features for k in sorted(
+                {sc.model for sc in members[g]} & set(probe_map)))]
+            fixed = inert_constants(program, model, seen, start, box)
+            inert[g] = names_of(program, fixed)
             m = minimize(obj, box, start, seed=seed, label=g, max_evals=max_evals,
-                         sigma0=SIGMA0, restarts=restarts, tolerances=TOLERANCES)
+                         sigma0=SIGMA0, restarts=restarts, tolerances=TOLERANCES,
+                         fixed=fixed)
             x, f, st, n = m.x, m.f, m.status, m.n_evals
         groups[g] = {k: float(v) for k, v in zip(program.const_names, x, strict=True)}
         g_status[g], g_loss[g] = st, (f if f < PENALTY else float("inf"))
@@ -272,4 +285,5 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
     else:
         status = "ok"
     return FitResult(groups=groups, loss=final, n_evals=n_evals, status=status,
-                     init_loss=init_loss, group_status=g_status, group_loss=g_loss)
+                     init_loss=init_loss, group_status=g_status, group_loss=g_loss,
+                     inert=inert)

@@ -121,3 +121,16 @@ def test_no_constants_evaluates_the_start_only():
     obj = Recorder(lambda X: np.full(X.shape[0], 0.25))
     m = minimize(obj, Box(p), p.init_vector(), seed=1, label="g", max_evals=50, sigma0=0.1)
     assert (m.n_evals, m.f, m.status, m.x.shape) == (1, 0.25, "no_improvement", (0,))
+
+
+def test_fixed_coordinates_stay_at_the_start_in_every_evaluated_row():
+    fixed = np.array([False, True, False])
+    m, obj = _run(fixed=fixed)
+    start = _program(3).init_vector()
+    assert all(row[1] == start[1] for row in obj.rows)
+    np.testing.assert_allclose(m.x[[0, 2]], TARGET[[0, 2]], atol=1e-3)
+    assert m.x[1] == start[1]
+    one_left, _ = _run(fixed=np.array([True, True, False]))  # one live dimension: padded
+    assert one_left.x[2] == pytest.approx(TARGET[2], abs=1e-4)
+    none_left, obj = _run(fixed=np.ones(3, dtype=bool))
+    assert none_left.n_evals == 1 and len(obj.rows) == 1 and none_left.status == "no_improvement"

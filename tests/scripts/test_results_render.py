@@ -22,7 +22,8 @@ def _metrics(ape: float, failures: float = 0.0) -> dict:
 
 
 def _generalize(apes: dict[str, float], seed: int = 7) -> dict:
-    return {"seed": seed, "folds": {"a": {n: _metrics(v) for n, v in apes.items()}}}
+    return {"seed": seed, "polish_evals": 0,
+            "folds": {"a": {n: _metrics(v) for n, v in apes.items()}}}
 
 
 def _seed(seed: int, scale: float, lomo_ape: float) -> dict:
@@ -56,4 +57,4 @@ def test_targets_follow_the_medians_over_seeds():
     # the rule's LOMO over fitting seeds 7, 1, 2: 1, 0, 2 of 2 -> median 1, and its table
     assert ("refitted without each model): LOMO median 1 of 2 over fitting seeds 7, 1, 2 "
             "(1, 0, 2; target 10)") in text
-    assert "`evolve generalize layered --mode lomo --seed 7`" in text
+    assert "`evolve generalize layered --mode lomo --polish-evals 0 --seed 7`" in text

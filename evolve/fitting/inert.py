@@ -1,0 +1,94 @@
+"""Constants that no batch of a fit can feel keep their starting value.
+
+Why: a constant gated by the architecture, e.g. ``c.moe_layer_us * f.is_moe`` on a model
+without experts, or an all-reduce latency times ``minimum(f.tp - 1, 1)`` on a TP 1
+server, does not change one step time of the group being fitted. CMA-ES then leaves it
+wherever its random walk ends (under a prior only a weak pull acts on it, and the other
+coordinates set the step size), and that value is exported, inherited by a held-out model
+and compared across fitting seeds as if the data had chosen it. Measured: fitted without
+Mixtral (leave-one-model-out), the `layered` seed's MoE-layer cost ended at 51-98 us over
+three fitting seeds from a declared 32 us, and Mixtral's held-out runs crossed the 10 %
+line with the fitting seed. Frozen, such a constant keeps its starting value (the
+declared prior, the pooled ``"global"`` value, or the constants being polished), the
+answer is the prior's by construction, and CMA-ES searches fewer dimensions.
+
+Rule: a constant is *inert* for a group when it is not read by ``queueing_time`` nor one
+of the E2E-only constants (``post_decode_us``, ``output_token_us``), and the step times
+over every feature column the fit can see (its fitting windows and the physics probes of
+its models) are bitwise identical with the constant at the low end, the middle and the
+high end of its box. Bitwise, because a constant that moves one step time by one ulp is
+felt. With no columns at all nothing is frozen.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+import numpy as np
+
+from evaluator.api import StepModel
+from evolve.fitting.bounds import Box
+from evolve.language import Program
+
+_PROBE_UNITS = (0.0, 0.5, 1.0)  # where in its box each constant is tried
+
+
+def _read_outside_step(program: Program) -> set[str]:
+    """Constants that act on a fit other than through step times."""
+    names = {n for n in program.const_names if n in ("post_decode_us", "output_token_us")}
+    tree = program.queue_tree
+    if tree is not None:
+        names |= {node.attr for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id == "c"}
+    return names
+
+
+def _step_times(model: StepModel, F: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``T[P, m]`` for constant rows ``X[P, n]`` (a row at a time without population
+    support)."""
+    P, m = X.shape[0], F.shape[1]
+    with np.errstate(all="ignore"):
+        T = np.asarray(model.vector_fn(F, np.ascontiguousarray(X.T)[:, :, None]),
+                       dtype=np.float64)
+        if T.shape != (P, m):
+            T = np.stack([np.broadcast_to(np.asarray(model.vector_fn(F, x), np.float64), (m,))
+                          for x in X])
+    return T
+
+
+def inert_constants(program: Program, model: StepModel, blocks: Sequence[np.ndarray],
+                    start: np.ndarray, box: Box) -> np.ndarray:
+    """Bool per constant: True where no step time in ``blocks`` (feature arrays
+    ``[N_FEATURES, m]``) depends on it, around ``start`` (the module docstring's rule)."""
+    n = program.n_constants
+    mask = np.zeros(n, dtype=bool)
+    cols = [b for b in blocks if b.size]
+    if n == 0 or not cols:
+        return mask
+    F = np.ascontiguousarray(np.concatenate(cols, axis=1))
+    outside = _read_outside_step(program)
+    start = np.asarray(start, dtype=np.float64)
+    candidates = [k for k, name in enumerate(program.const_names) if name not in outside]
+    if not candidates:
+        return mask
+    ends = box.from_unit(np.repeat(np.asarray(_PROBE_UNITS)[:, None], n, axis=1))
+    X = np.tile(start, (1 + len(candidates) * len(_PROBE_UNITS), 1))
+    row = 1
+    for k in candidates:  # only constant k moves; the others stay exactly at start
+        for i in range(len(_PROBE_UNITS)):
+            X[row, k] = ends[i, k]
+            row += 1
+    T = _step_times(model, F, X)
+    row = 1
+    for k in candidates:
+        rows = T[row:row + len(_PROBE_UNITS)]
+        mask[k] = all(np.array_equal(r, T[0], equal_nan=True) for r in rows)
+        row += len(_PROBE_UNITS)
+    return mask
+
+
+def names_of(program: Program, mask: np.ndarray) -> tuple[str, ...]:
+    """The constants a mask marks, in the program's order."""
+    return tuple(k for k, z in zip(program.const_names, mask, strict=True) if z)

@@ -1,0 +1,57 @@
+"""Constants no step time of a group depends on keep their start value in both fits; the
+rest are fitted as before."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolve.codegen import step_model
+from evolve.fitting import Box, closed_loop_fit, fit_program
+from evolve.fitting.inert import inert_constants
+from evolve.language import parse_program
+
+GATED = parse_program(
+    'CONSTANTS = {"eff": (1.0, 0.5, 2.0), "moe_us": (30.0, 0.0, 400.0),\n'
+    '             "ar_us": (15.0, 0.5, 200.0), "queue_us": (1000.0, 0.0, 1e5),\n'
+    '             "output_token_us": (40.0, 0.0, 2000.0)}\n'
+    "def step_time(f, c):\n"
+    "    return c.eff * f.weight_read + f.kv_read + f.layers * (c.moe_us * f.is_moe\n"
+    "        + c.ar_us * minimum(f.tp - 1.0, 1.0)) + 100.0\n"
+    "def queueing_time(r, c):\n"
+    "    return c.queue_us\n")
+
+
+def _inert(scenario, features):
+    return dict(zip(GATED.const_names, inert_constants(
+        GATED, step_model(GATED), [features], GATED.init_vector(), Box(GATED)), strict=True))
+
+
+def test_gated_constants_are_inert_only_where_their_gate_is_closed(refreshed):
+    by_model = {sc.model: sc for sc in refreshed.scenarios}
+    dense_tp1 = _inert(by_model["llama-2-7b"],
+                       refreshed.fit_sets[by_model["llama-2-7b"].name].features)
+    assert dense_tp1 == {"eff": False, "moe_us": True, "ar_us": True, "queue_us": False,
+                         "output_token_us": False}
+    moe_tp2 = _inert(by_model["mixtral-8x7b"],
+                     refreshed.fit_sets[by_model["mixtral-8x7b"].name].features)
+    assert not any(moe_tp2.values())  # every gate open; queue and E2E constants never inert
+    none = inert_constants(GATED, step_model(GATED), [], GATED.init_vector(), Box(GATED))
+    assert not none.any()  # nothing seen, nothing frozen
+
+
+def test_fits_keep_inert_constants_at_their_start_and_fit_the_rest(refreshed):
+    names = refreshed.names()
+    r = fit_program(GATED, refreshed, names, "per_model", seed=3, max_evals=200)
+    init = dict(zip(GATED.const_names, GATED.init_vector(), strict=True))
+    assert r.inert["llama-2-7b"] == ("ar_us", "moe_us")
+    assert r.inert["mixtral-8x7b"] == ()
+    assert r.groups["llama-2-7b"]["moe_us"] == init["moe_us"]
+    assert r.groups["llama-2-7b"]["ar_us"] == init["ar_us"]
+    assert r.groups["llama-2-7b"]["eff"] != init["eff"]  # the live ones still move
+    assert r.groups["mixtral-8x7b"]["moe_us"] != init["moe_us"]
+    start = {g: dict(v, moe_us=77.0) for g, v in r.groups.items()}
+    polished = closed_loop_fit(GATED, refreshed, names, "per_model", seed=3, start=start,
+                               max_evals=12, width_s=30.0, warmup_s=10.0)
+    assert polished.inert["llama-2-7b"] == ("ar_us", "moe_us")
+    assert polished.groups["llama-2-7b"]["moe_us"] == 77.0  # the polish's start, exactly
+    assert np.isfinite(polished.loss)
