@@ -43,7 +43,7 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 # and by the `layered` seed joining the seeds (overheads per layer, MoE layer, all-reduce),
 # and by inert constants keeping their start value in both fits and `layered` pricing bytes
 # at HBM bandwidth with per-layer-and-request overheads (no all-reduce latency).
-GOLDEN = "0bcd9844cbd19aea30ebcf272423ec03ca3342fe6d7710f344f773bb53ff92ee"
+GOLDEN = "e1e54691bce1d14186a2d81980051d6568a08436a53cdac4181f22e12e188397"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
