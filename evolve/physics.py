@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from evaluator.api import FEATURE_INDEX, Evaluator, ProbeBatches, StepModel, probe_batches
+from evaluator.model import VectorFn
 
 FLOOR_CONTEXT = 1024.0
 FLOOR_MARGIN = 0.10
@@ -130,6 +131,18 @@ def check(model: StepModel, consts_by_model: Mapping[str, np.ndarray],
     return None
 
 
+def population_step_times(fn: VectorFn, F: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """Step times ``T[P, m]`` of constant rows ``X[P, n]`` on features ``F[:, m]``: one
+    call with the population axis, or a row at a time for a program without support for it
+    (the physics penalty and :mod:`evolve.fitting.inert` price candidates this way)."""
+    P, m = X.shape[0], F.shape[1]
+    with np.errstate(all="ignore"):
+        T = np.asarray(fn(F, np.ascontiguousarray(X.T)[:, :, None]), dtype=np.float64)
+        if T.shape != (P, m):
+            T = np.stack([np.broadcast_to(np.asarray(fn(F, x), np.float64), (m,)) for x in X])
+    return T
+
+
 FIT_MARGIN = 0.05  # the fit aims inside the hard check's margin, so fitted programs pass it
 FIT_WEIGHT = 10.0  # loss units per unit of relative violation: a 10 % breach costs 1.0
 
@@ -169,12 +182,8 @@ class PhysicsPenalty:
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
-        P, m = X.shape[0], self.F.shape[1]
-        C = np.ascontiguousarray(X.T)[:, :, None]
         with np.errstate(all="ignore"):
-            T = np.asarray(self.fn(self.F, C), dtype=np.float64)
-            if T.shape != (P, m):  # a program without population support
-                T = np.stack([np.broadcast_to(self.fn(self.F, x), (m,)) for x in X])
+            T = population_step_times(self.fn, self.F, X)
             bad = ~np.all(np.isfinite(T) & (T > 0.0), axis=1)
             under = np.maximum((1.0 - FIT_MARGIN) * self.floor - T[:, self.long], 0.0)
             under = (under / self.floor).max(axis=1, initial=0.0)

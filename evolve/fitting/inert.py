@@ -30,6 +30,7 @@ import numpy as np
 from evaluator.api import StepModel
 from evolve.fitting.bounds import Box
 from evolve.language import Program
+from evolve.physics import population_step_times
 
 _PROBE_UNITS = (0.0, 0.5, 1.0)  # where in its box each constant is tried
 
@@ -43,19 +44,6 @@ def _read_outside_step(program: Program) -> set[str]:
                   if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                   and node.value.id == "c"}
     return names
-
-
-def _step_times(model: StepModel, F: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """``T[P, m]`` for constant rows ``X[P, n]`` (a row at a time without population
-    support)."""
-    P, m = X.shape[0], F.shape[1]
-    with np.errstate(all="ignore"):
-        T = np.asarray(model.vector_fn(F, np.ascontiguousarray(X.T)[:, :, None]),
-                       dtype=np.float64)
-        if T.shape != (P, m):
-            T = np.stack([np.broadcast_to(np.asarray(model.vector_fn(F, x), np.float64), (m,))
-                          for x in X])
-    return T
 
 
 def inert_constants(program: Program, model: StepModel, blocks: Sequence[np.ndarray],
@@ -80,7 +68,7 @@ def inert_constants(program: Program, model: StepModel, blocks: Sequence[np.ndar
         for i in range(len(_PROBE_UNITS)):
             X[row, k] = ends[i, k]
             row += 1
-    T = _step_times(model, F, X)
+    T = population_step_times(model.vector_fn, F, X)
     row = 1
     for k in candidates:
         rows = T[row:row + len(_PROBE_UNITS)]
