@@ -39,12 +39,11 @@ validate run is touched: the batches are synthetic.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from evaluator.api import FEATURE_INDEX, Evaluator, ProbeBatches, StepModel, probe_batches
-from evaluator.model import VectorFn
 
 FLOOR_CONTEXT = 1024.0
 FLOOR_MARGIN = 0.10
@@ -131,7 +130,8 @@ def check(model: StepModel, consts_by_model: Mapping[str, np.ndarray],
     return None
 
 
-def population_step_times(fn: VectorFn, F: np.ndarray, X: np.ndarray) -> np.ndarray:
+def population_step_times(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], F: np.ndarray,
+                          X: np.ndarray) -> np.ndarray:
     """Step times ``T[P, m]`` of constant rows ``X[P, n]`` on features ``F[:, m]``: one
     call with the population axis, or a row at a time for a program without support for it
     (the physics penalty and :mod:`evolve.fitting.inert` price candidates this way)."""
