@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from evolve.archive.models import FrontierRow, on_frontier
+
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
              "20260218-150956-codellama-34b-tp2-codegen",   # validate
@@ -86,9 +88,11 @@ def figures(archive: Path) -> dict[str, float]:
     dup = sum(1 for _, _, reason, _, _ in rows
               if reason.startswith(("duplicate of", "same predictions as")))
     children = {pid for pid, kind, _, _, status in rows if kind == "child"}
-    front = {r[0] for r in db.execute(
-        "select program_id from frontier where generation = (select max(generation) "
-        "from frontier)")}
+    hall = [FrontierRow(program_id=r[0], loss=r[1], complexity=r[2], position=r[3])
+            for r in db.execute(
+                "select program_id, loss, complexity, position from frontier where "
+                "generation = (select max(generation) from frontier)")]
+    front = {r.program_id for r, on in zip(hall, on_frontier(hall), strict=True) if on}
     seed_best = db.execute("select min(loss) from evaluations where generation = 0 and "
                            "status = 'accepted'").fetchone()[0]
     end_best = db.execute("select min(loss) from evaluations where status = 'accepted' and "

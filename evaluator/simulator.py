@@ -37,7 +37,16 @@ Simplifications (each measured or argued to be small here):
 * Async scheduling, CUDA-graph padding, detokenisation and the API server are not
   simulated as such: their cost is whatever the step-time model and the E2E-only constants
   (``post_decode_us``, ``output_token_us``) and ``queueing_time`` absorb.
-* Aborts take effect at the next step boundary (vLLM handles aborts between steps too).
+* A step's duration depends on its batch only (BLIS's ``StepTime`` signature). Measured
+  against that, on the one overloaded run of the validate split (Mixtral ``reasoning``):
+  with the batch full (127-128 running) from the first minute on, the decode interval of
+  the requests that completed grows with how long they had waited, 31.3 ms for those
+  admitted in the first 50 s, 35.7 ms at 150-200 s, 40.5 ms from 450 s on (mean TTFT
+  2 s, 50 s, 179-240 s), while any batch-only model holds it flat. vLLM's scheduler does
+  nothing per waiting request once ``max_num_seqs`` run (it stops at the first check),
+  and the engine's own timing of the model call (``steps/predictions.csv``, 30-35 ms
+  median over the end of that run against 0.7 ms on Mixtral ``general``) says the time is
+  spent server side, not in the load generator. The cause is open; no term for it here.
 * Output length is the load profile's ``output_len`` for every request (``ignore_eos``;
   data README trap 4), also for requests that the client later aborted.
 

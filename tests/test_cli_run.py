@@ -146,6 +146,13 @@ def test_read_only_commands(uninterrupted, capsys):
     assert main(["frontier", "--archive", arch, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert sum(m["picked"] for m in data["members"]) == 1
+    # the hall of fame: one program per complexity; F = lower loss than every simpler one
+    cx = [m["complexity"] for m in data["members"]]
+    assert cx == sorted(set(cx))
+    best = [min(m["train_loss"] for m in data["members"][:i]) if i else float("inf")
+            for i in range(len(cx))]
+    assert [m["on_frontier"] for m in data["members"]] == [
+        m["train_loss"] < b for m, b in zip(data["members"], best, strict=True)]
     pid = data["members"][0]["id"]
     assert main(["show", pid[:8], "--archive", arch]) == 0
     out = capsys.readouterr().out

@@ -16,6 +16,8 @@ Design choices, and why:
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Float, Integer, LargeBinary, String, Text
@@ -135,7 +137,10 @@ class GridCell(Base):
 
 
 class FrontierRow(Base):
-    """The Pareto frontier (train loss vs complexity) after each generation."""
+    """The hall of fame after each generation: the best elite of every complexity, with
+    the pick marked. The Pareto frontier (training loss vs complexity) is its
+    non-dominated subset (:func:`on_frontier`); archives written before the hall of fame
+    was stored hold the frontier alone, which the same function keeps whole."""
 
     __tablename__ = "frontier"
     run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -145,6 +150,18 @@ class FrontierRow(Base):
     loss: Mapped[float] = mapped_column(Float)
     complexity: Mapped[int] = mapped_column(Integer)
     picked: Mapped[bool] = mapped_column(Integer)
+
+
+def on_frontier(rows: Sequence[FrontierRow]) -> list[bool]:
+    """For stored hall-of-fame rows: whether each is on the frontier, i.e. has a training
+    loss strictly lower than every simpler row's (the sweep of ``Frontier.from_elites``)."""
+    best = math.inf
+    out = []
+    for r in sorted(rows, key=lambda r: (r.complexity, r.position)):
+        out.append((r.position, r.loss < best))
+        best = min(best, r.loss)
+    flags = dict(out)
+    return [flags[r.position] for r in rows]
 
 
 class CorpusVersion(Base):

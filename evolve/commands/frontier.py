@@ -1,8 +1,10 @@
 """``evolve frontier``: the loss-vs-complexity frontier of a run, with the pick marked.
 
-Each member shows its training loss (what the frontier is built on) and its validate loss
-(what the pick reads, see ``evolve.search.pareto``); test errors are shown for reference
-and never read by any decision.
+Lists the hall of fame (the best program of every complexity); ``F`` marks the members of
+the frontier (the non-dominated ones). Each shows its training loss (what the frontier is
+built on) and its validate loss (what the pick reads among the eligible hall of fame, see
+``evolve.search.pareto``); test errors are shown for reference and never read by any
+decision.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evolve.archive import Archive
+    from evolve.archive.models import on_frontier
     from evolve.errors import ArchiveError
     from evolve.reporting import num, pct, print_json, short, split_errors, table
     from evolve.search.pareto import Frontier
@@ -42,12 +45,12 @@ def run(args: argparse.Namespace) -> int:
     # runs recorded before the validate rule existed were picked by PySR's rule
     rule = Frontier.from_elites([], tol, str(search_cfg.get("pick_rule", "pysr"))).rule
     members: list[dict[str, Any]] = []
-    for r in rows:
+    for r, front in zip(rows, on_frontier(rows), strict=True):
         ev = latest.get(r.program_id)
         errs = split_errors(ev.metrics if ev else None)
         members.append({"id": r.program_id, "complexity": r.complexity, "train_loss": r.loss,
                         "validate_loss": split_loss(ev.metrics if ev else None, "validate"),
-                        "picked": bool(r.picked), "errors": errs,
+                        "picked": bool(r.picked), "on_frontier": front, "errors": errs,
                         "constants": ev.constants if ev else None})
     if args.json:
         print_json({"run": rid, "generation": rows[0].generation, "pick_rule": rule,
@@ -58,14 +61,16 @@ def run(args: argparse.Namespace) -> int:
     body = []
     for m in members:
         e = m["errors"]
-        body.append(["*" if m["picked"] else "", short(m["id"]), m["complexity"],
+        mark = ("*" if m["picked"] else "") + ("F" if m["on_frontier"] else "")
+        body.append([mark, short(m["id"]), m["complexity"],
                      num(m["train_loss"]), num(m["validate_loss"]), pct(e["train"]["e2e_mean"]),
                      pct(e["train"]["ttft_mean"]), pct(e["validate"]["e2e_mean"]),
                      pct(e["validate"]["ttft_mean"]), pct(e["test"]["e2e_mean"]),
                      pct(e["test"]["ttft_mean"])])
-    print(f"run {rid}, generation {rows[0].generation}: {len(rows)} frontier programs "
-          "(mean APE per split; closed-loop stage slices, or teacher forced per the run's "
-          "fit.fitness)")
+    n_front = sum(m["on_frontier"] for m in members)
+    print(f"run {rid}, generation {rows[0].generation}: the best program of each of "
+          f"{len(rows)} complexities, {n_front} on the frontier (F) (mean APE per split; "
+          "closed-loop stage slices, or teacher forced per the run's fit.fitness)")
     print(table(headers, body, right=range(2, 11)))
     print(f"* {rule}")
     return 0

@@ -25,7 +25,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import defer
 
 from evolve.archive import Archive
-from evolve.archive.models import Evaluation, FrontierRow, GridCell, LLMCall, ProgramRow, Run
+from evolve.archive.models import (
+    Evaluation,
+    FrontierRow,
+    GridCell,
+    LLMCall,
+    ProgramRow,
+    Run,
+    on_frontier,
+)
 from evolve.heldout import split_loss
 
 
@@ -101,6 +109,11 @@ class RunData:
     def frontier(self) -> list[FrontierRow]:
         g = self.last_generation
         return [] if g is None else self.frontiers[g]
+
+    def frontier_ids(self) -> set[str]:
+        """The last stored hall of fame's members that are on the frontier."""
+        rows = self.frontier()
+        return {r.program_id for r, on in zip(rows, on_frontier(rows), strict=True) if on}
 
     def pick_id(self) -> str | None:
         return next((f.program_id for f in self.frontier() if f.picked), None)

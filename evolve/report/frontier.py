@@ -51,6 +51,7 @@ def build_frontier(data: RunData) -> FrontierPage:
     frontier coordinates (the loss the frontier was built on)."""
     members, why = explain(data)
     front = {r.program_id: r for r in data.frontier()}
+    on_front = data.frontier_ids()
     pick, champ = data.pick_id(), champion(data)
     points = []
     for p in data.programs.values():
@@ -60,6 +61,6 @@ def build_frontier(data: RunData) -> FrontierPage:
         points.append(ScatterPoint(
             p.id, f.complexity if f else int(p.complexity or 0),
             f.loss if f else p.train_loss, p.val_loss, p.generation, p.operator,
-            f is not None, p.id == pick, p.id == champ))
+            p.id in on_front, p.id == pick, p.id == champ))
     return FrontierPage(points, members, why, pick_rule(data), tolerance(data),
                         data.last_generation, pick, champ)

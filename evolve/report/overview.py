@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from evolve.archive.models import on_frontier
 from evolve.report.data import RunData
 from evolve.report.pick import champion
 
@@ -110,7 +111,8 @@ def generation_rows(data: RunData) -> list[GenerationRow]:
         out.append(GenerationRow(
             g, min((f.loss for f in front), default=math.nan),
             pick.program_id if pick else None, pick.loss if pick else math.nan,
-            prog.val_loss if prog else math.nan, len(front), len(data.grids.get(g, [])),
+            prog.val_loss if prog else math.nan, sum(on_frontier(front)),
+            len(data.grids.get(g, [])),
             per_gen[(g, "accepted")], per_gen[(g, "rejected")]))
     return out
 

@@ -1,9 +1,11 @@
-"""Why the pick is the pick: the frontier with the numbers each pick rule reads.
+"""Why the pick is the pick: the hall of fame with the numbers each pick rule reads.
 
-The archive stores the frontier and which member was picked, not why. The report answers
-"why" by recomputing, from stored rows only, what the rule looked at: eligibility (training
-loss within ``pick_tolerance`` x the lowest), the validate loss (rule ``validate``) and
-PySR's score -dlog(loss)/dcomplexity (rule ``pysr``). The stored ``picked`` flag stays the
+The archive stores the hall of fame (the best program of each complexity; the frontier is
+its non-dominated part) and which entry was picked, not why. The report answers "why" by
+recomputing, from stored rows only, what the rule looked at: eligibility (training loss
+within ``pick_tolerance`` x the lowest), the validate loss (rule ``validate``, over the
+eligible hall of fame) and PySR's score -dlog(loss)/dcomplexity (rule ``pysr``, over the
+eligible frontier members). The stored ``picked`` flag stays the
 truth; :func:`explain` only annotates it (a disagreement is shown, not hidden).
 
 The champion (the other program the loop polishes and the lineage page follows) is not
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from evolve.archive.models import on_frontier
 from evolve.report.data import RunData
 
 TINY_LOSS = 1e-300
@@ -39,20 +42,22 @@ def selection_loss(train: float, val: float) -> float:
 
 @dataclass
 class MemberWhy:
-    """One frontier member with the numbers the pick rules read."""
+    """One hall-of-fame entry with the numbers the pick rules read."""
 
     program_id: str
     complexity: int
     train_loss: float
     val_loss: float
-    score: float  # PySR: -dlog(loss)/dcomplexity against the next simpler member
+    score: float  # PySR: -dlog(loss)/dcomplexity against the next simpler frontier member
     eligible: bool
     picked: bool
     note: str
+    on_frontier: bool = True
 
 
 def explain(data: RunData) -> tuple[list[MemberWhy], str]:
-    """The last frontier's members annotated, and one sentence on why the pick won."""
+    """The last hall of fame annotated, and one sentence on why the pick won. Under the
+    ``pysr`` rule only frontier members are eligible (and scored)."""
     rows = data.frontier()
     if not rows:
         return [], "no frontier yet"
@@ -61,19 +66,26 @@ def explain(data: RunData) -> tuple[list[MemberWhy], str]:
     limit = tol * lowest
     out: list[MemberWhy] = []
     prev = None
-    for r in rows:
+    for r, front in zip(rows, on_frontier(rows), strict=True):
         p = data.programs.get(r.program_id)
         val = p.val_loss if p else math.nan
-        score = 0.0 if prev is None else -(
-            math.log(max(r.loss, TINY_LOSS)) - math.log(max(prev.loss, TINY_LOSS))
-        ) / max(r.complexity - prev.complexity, 1)
+        score = math.nan
+        if front:
+            score = 0.0 if prev is None else -(
+                math.log(max(r.loss, TINY_LOSS)) - math.log(max(prev.loss, TINY_LOSS))
+            ) / max(r.complexity - prev.complexity, 1)
+            prev = r
         out.append(MemberWhy(r.program_id, r.complexity, r.loss, val, score,
-                             r.loss <= limit, bool(r.picked), ""))
-        prev = r
+                             r.loss <= limit, bool(r.picked), "", front))
     use_val = rule == "validate" and any(not math.isnan(m.val_loss) for m in out
                                          if m.eligible)
+    if not use_val:
+        for m in out:
+            m.eligible = m.eligible and m.on_frontier
     for m in out:
-        if not m.eligible:
+        if not m.eligible and not m.on_frontier and m.train_loss <= limit:
+            m.note = "not on the frontier (PySR's rule reads the frontier only)"
+        elif not m.eligible:
             m.note = f"training loss {m.train_loss / lowest:.2f}x the lowest > {tol:g}x"
         elif m.picked:
             m.note = "picked"
@@ -86,13 +98,14 @@ def explain(data: RunData) -> tuple[list[MemberWhy], str]:
         return out, "no member is marked as the pick"
     n_elig = sum(m.eligible for m in out)
     if n_elig == 1:
-        return out, (f"{pick.program_id[:12]} is the only frontier member whose training "
-                     f"loss is within {tol:g}x the lowest ({lowest:.4f}): every simpler "
-                     "member gives up more accuracy than the rule allows")
+        return out, (f"{pick.program_id[:12]} is the only program whose training loss is "
+                     f"within {tol:g}x the lowest ({lowest:.4f}): every simpler one gives "
+                     "up more accuracy than the rule allows")
     if use_val:
         why = (f"{pick.program_id[:12]} has the lowest validate loss ({pick.val_loss:.4f}) "
-               f"of the {n_elig} frontier members whose training loss is within {tol:g}x "
-               f"the lowest ({lowest:.4f}); the test split is never read")
+               f"of the {n_elig} programs in the hall of fame (the best of each complexity) "
+               f"whose training loss is within {tol:g}x the lowest ({lowest:.4f}); the test "
+               "split is never read")
     else:
         why = (f"{pick.program_id[:12]} has the highest PySR score "
                f"-dlog(loss)/dcomplexity ({pick.score:.3f}) of the {n_elig} frontier "

@@ -120,7 +120,7 @@ def build_site(data: RunData, out: Path, opts: Options | None = None) -> Written
     vp = build_validation(data, opts.validate_dir)
     page("validation.html", "validation.jinja", vp=vp, charts=charts.validation_charts(vp))
     pick, champ = data.pick_id(), champion(data)
-    front = {f.program_id for f in data.frontier()}
+    front = data.frontier_ids()
     displaced = displacements(data)
     anchors = anchors_by_program(log)
     program_tpl = env.get_template("program.jinja")

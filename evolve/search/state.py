@@ -175,7 +175,7 @@ def load_state(archive: Archive, run_id: int, grid: Grid, cfg: Config,
 
 
 def snapshot_rows(run_id: int, generation: int, grid: Grid, front: Frontier) -> list[Any]:
-    """The grid and the frontier (with its pick) after a generation, as archive rows."""
+    """The grid and the hall of fame (with the pick) after a generation, as archive rows."""
     rows: list[Any] = [GridCell(run_id=run_id, generation=generation, cell=f"{c[0]},{c[1]}",
                                 program_id=e.program_id, loss=e.loss, complexity=e.complexity,
                                 n_features=e.n_features, elite_generation=e.generation)
@@ -184,5 +184,5 @@ def snapshot_rows(run_id: int, generation: int, grid: Grid, front: Frontier) -> 
     rows += [FrontierRow(run_id=run_id, generation=generation, position=i,
                          program_id=e.program_id, loss=e.loss, complexity=e.complexity,
                          picked=pick is not None and e.program_id == pick.program_id)
-             for i, e in enumerate(front.members)]
+             for i, e in enumerate(front.hall)]
     return rows

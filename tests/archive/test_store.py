@@ -128,3 +128,18 @@ def test_latest_accepted_and_counts(tmp_path):
         comp = a.comparable()
         assert "created_at" not in comp["runs"][0]
         assert [r["seq"] for r in comp["evaluations"]] == [0, 0, 1]
+
+
+def test_on_frontier_marks_the_non_dominated_hall_of_fame_rows():
+    from evolve.archive.models import FrontierRow, on_frontier
+
+    def row(pos: int, loss: float, cx: int) -> FrontierRow:
+        return FrontierRow(run_id=1, generation=3, position=pos, program_id=f"p{pos}",
+                           loss=loss, complexity=cx, picked=False)
+
+    hall = [row(0, 0.5, 2), row(1, 0.3, 4), row(2, 0.35, 6), row(3, 0.3, 8), row(4, 0.2, 9)]
+    assert on_frontier(hall) == [True, True, False, False, True]  # ties are dominated too
+    assert on_frontier(list(reversed(hall))) == [True, False, False, True, True]
+    # archives from before the hall of fame stored the frontier alone: all of it is on it
+    assert on_frontier([hall[0], hall[1], hall[4]]) == [True, True, True]
+    assert on_frontier([]) == []

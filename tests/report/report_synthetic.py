@@ -158,13 +158,13 @@ def _grid_and_frontier(rid: int, g: int, grid: dict, known: dict) -> list:
     rows: list = [GridCell(run_id=rid, generation=g, cell=c, program_id=e[0], loss=e[1],
                            complexity=e[2], n_features=e[3], elite_generation=e[4])
                   for c, e in sorted(grid.items())]
-    members: list[tuple[str, float, int]] = []
+    hall: list[tuple[str, float, int]] = []  # the best of each complexity, as the search
     for pid, loss, cx, _nf, _g in sorted(grid.values(), key=lambda e: (e[2], e[1], e[0])):
-        if not members or loss < members[-1][1]:
-            members.append((pid, loss, cx))
-    limit = 1.5 * min(m[1] for m in members)
-    pick = min((m for m in members if m[1] <= limit), key=lambda m: (known[m[0]][4], m[1]))
+        if not hall or cx != hall[-1][2]:
+            hall.append((pid, loss, cx))
+    limit = 1.5 * min(m[1] for m in hall)
+    pick = min((m for m in hall if m[1] <= limit), key=lambda m: (known[m[0]][4], m[1]))
     rows += [FrontierRow(run_id=rid, generation=g, position=i, program_id=pid, loss=loss,
                          complexity=cx, picked=pid == pick[0])
-             for i, (pid, loss, cx) in enumerate(members)]
+             for i, (pid, loss, cx) in enumerate(hall)]
     return rows

@@ -15,6 +15,7 @@ import pytest
 from report_synthetic import make_archive
 
 from evolve.archive import Archive
+from evolve.archive.models import on_frontier
 from evolve.report.data import load_run, split_loss
 from evolve.report.frontier import build_frontier
 from evolve.report.lineage import build_lineage
@@ -60,7 +61,7 @@ def test_overview_series_follow_the_frontier_rows(synth):
     assert [r.generation for r in ov.generations] == sorted(synth.frontiers)
     for r in ov.generations:
         front = synth.frontiers[r.generation]
-        assert r.frontier_size == len(front)
+        assert r.frontier_size == sum(on_frontier(front)) <= len(front)
         assert r.best_loss == min(f.loss for f in front)
         assert r.pick_id == next(f.program_id for f in front if f.picked)
         assert r.occupied == len(synth.grids[r.generation])
@@ -72,14 +73,14 @@ def test_overview_series_follow_the_frontier_rows(synth):
 
 def test_frontier_page_has_one_point_per_member_and_one_pick(synth):
     fp = build_frontier(synth)
-    front = synth.frontier()
-    assert sorted(p.program_id for p in fp.frontier_points) == sorted(f.program_id
-                                                                       for f in front)
+    front = synth.frontier()  # the stored hall of fame
+    assert sorted(p.program_id for p in fp.frontier_points) == sorted(
+        f.program_id for f, on in zip(front, on_frontier(front), strict=True) if on)
     assert [p.program_id for p in fp.points if p.pick] == [synth.pick_id()]
     accepted = {p.id for p in synth.programs.values() if p.accepted}
     assert {p.program_id for p in fp.points} == accepted
     by_id = {p.program_id: p for p in fp.points}
-    for f in front:  # members sit at the coordinates the frontier was built on
+    for f in front:  # entries sit at the coordinates the frontier was built on
         assert (by_id[f.program_id].complexity, by_id[f.program_id].train_loss) == (
             f.complexity, f.loss)
 
@@ -93,6 +94,10 @@ def test_the_pick_explanation_matches_the_stored_pick(synth):
     assert "validate loss" in why and "test" in why
     lowest = min(m.train_loss for m in members)
     assert all(m.eligible == (m.train_loss <= 1.5 * lowest) for m in members)
+    # the hall of fame holds dominated entries too; PySR's score is for frontier members
+    assert [m.complexity for m in members] == sorted({m.complexity for m in members})
+    assert any(not m.on_frontier for m in members)
+    assert all(math.isnan(m.score) != m.on_frontier for m in members)
 
 
 def test_program_page_data(synth):

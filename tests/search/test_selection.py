@@ -76,3 +76,19 @@ def test_champion_balances_training_and_validate():
     assert champion([], 1.5) is None
     assert selection_loss(0.3, math.nan) == 0.3
     assert selection_loss(0.3, 0.4) == pytest.approx(math.sqrt(0.125))
+
+
+def test_pick_reads_the_hall_of_fame_not_only_the_frontier():
+    # d (cx 9) is dominated by c (cx 7, lower training loss) but holds on the validate runs;
+    # e shares d's complexity with a worse loss, so it is not in the hall of fame at all
+    elites = [_e("a", 0.30, 2, val=0.05), _e("b", 0.10, 3, val=0.50),
+              _e("c", 0.08, 7, val=0.30), _e("d", 0.09, 9, val=0.10),
+              _e("e", 0.095, 9, val=0.01)]
+    fr = Frontier.from_elites(elites, tolerance=1.5)
+    assert [m.program_id for m in fr.members] == ["a", "b", "c"]
+    assert [m.program_id for m in fr.hall] == ["a", "b", "c", "d"]
+    assert fr.pick().program_id == "d"  # eligible (0.09 <= 1.5 x 0.08), lowest validate
+    assert "hall of fame" in fr.rule
+    # a is the best on validate but outside the tolerance; PySR's rule reads the frontier
+    assert Frontier.from_elites(elites, 1.5, "pysr").pick().program_id in {"b", "c"}
+    assert Frontier.from_elites(elites, 1.1).pick().program_id == "c"  # d: 0.09 > 0.088
