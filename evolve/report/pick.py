@@ -98,9 +98,9 @@ def explain(data: RunData) -> tuple[list[MemberWhy], str]:
         return out, "no member is marked as the pick"
     n_elig = sum(m.eligible for m in out)
     if n_elig == 1:
-        return out, (f"{pick.program_id[:12]} is the only program whose training loss is "
-                     f"within {tol:g}x the lowest ({lowest:.4f}): every simpler one gives "
-                     "up more accuracy than the rule allows")
+        return out, (f"{pick.program_id[:12]} is the only eligible program (training "
+                     f"loss within {tol:g}x the lowest, {lowest:.4f}): every simpler one "
+                     "gives up more accuracy than the rule allows")
     if use_val:
         why = (f"{pick.program_id[:12]} has the lowest validate loss ({pick.val_loss:.4f}) "
                f"of the {n_elig} programs in the hall of fame (the best of each complexity) "
