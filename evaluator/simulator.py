@@ -47,6 +47,8 @@ Simplifications (each measured or argued to be small here):
   and the engine's own timing of the model call (``steps/predictions.csv``, 30-35 ms
   median over the end of that run against 0.7 ms on Mixtral ``general``) says the time is
   spent server side, not in the load generator. The cause is open; no term for it here.
+  ``evolve validate`` prints the decode interval by admission time of every run that
+  queues (``admission_drift`` in ``--json``), measured against simulated.
 * Output length is the load profile's ``output_len`` for every request (``ignore_eos``;
   data README trap 4), also for requests that the client later aborted.
 

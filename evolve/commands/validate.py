@@ -40,7 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator
     from evolve.fitting import const_map
-    from evolve.validation import plot, summary_lines, table_headers, table_rows, validate
+    from evolve.validation import (
+        drift_lines,
+        plot,
+        summary_lines,
+        table_headers,
+        table_rows,
+        validate,
+    )
 
     if not args.no_plots:  # an unwritable --out is found now, not after the simulations
         output_dir(args.out, "--out")
@@ -55,14 +62,14 @@ def run(args: argparse.Namespace) -> int:
                    progress=lambda n: print(f"  simulated {n}", file=sys.stderr))
     if args.json:
         out = {n: m.to_dict() for n, m in val.metrics.items()}
-        json.dump({"program": program.id, "scope": scope, "runs": out}, sys.stdout,
-                  indent=1, sort_keys=True)
+        json.dump({"program": program.id, "scope": scope, "runs": out,
+                   "admission_drift": val.drift}, sys.stdout, indent=1, sort_keys=True)
         print()
     else:
         print(f"program {program.id[:12]} (complexity {program.complexity}, scope {scope}); "
               "closed loop; times in s; decode interval = (E2E - TTFT) / (output tokens - 1)")
         print(table(table_headers(), table_rows(val.metrics), right=range(2, 24)))
-        for line in summary_lines(val.metrics):
+        for line in [*summary_lines(val.metrics), *drift_lines(val)]:
             print(line)
     if not args.no_plots:
         for p in plot(val, Path(args.out), label):
