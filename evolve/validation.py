@@ -45,20 +45,21 @@ def decode_drift(measured: tuple[np.ndarray, ...], simulated: tuple[np.ndarray, 
     (arrival + TTFT, s), measured and simulated. Each side is ``(arrival_s, ttft_s, e2e_s,
     output_tokens)`` of its completed requests; a window with fewer than
     ``DRIFT_MIN_REQUESTS`` requests on one side reports None for that side."""
-    sides = []
+    sides = []  # per side: window index and decode interval (ms) of each request
     for arrival, ttft, e2e, out in (measured, simulated):
         admit = np.asarray(arrival, float) + np.asarray(ttft, float)
         itl = (np.asarray(e2e, float) - ttft) / np.maximum(np.asarray(out, float) - 1, 1)
-        sides.append((admit, itl * 1e3))
-    top = max((float(a.max()) for a, _ in sides if a.size), default=0.0)
-    rows: list[dict[str, float | None]] = []
-    for lo in np.arange(0.0, top + window_s, window_s)[: int(top // window_s) + 1]:
-        row: dict[str, float | None] = {"from_s": float(lo), "to_s": float(lo + window_s)}
-        for key, (admit, itl) in zip(("measured", "simulated"), sides, strict=True):
-            sel = (admit >= lo) & (admit < lo + window_s)
-            row[f"{key}_n"] = float(sel.sum())
-            row[f"{key}_ms"] = float(itl[sel].mean()) if sel.sum() >= DRIFT_MIN_REQUESTS else None
-        rows.append(row)
+        sides.append((np.floor(admit / window_s).astype(np.int64), itl * 1e3))
+    n_win = max((int(w.max()) + 1 for w, _ in sides if w.size), default=1)
+    rows: list[dict[str, float | None]] = [
+        {"from_s": k * window_s, "to_s": (k + 1) * window_s} for k in range(n_win)]
+    for key, (win, itl) in zip(("measured", "simulated"), sides, strict=True):
+        count = np.bincount(win, minlength=n_win)
+        total = np.bincount(win, weights=itl, minlength=n_win)
+        for k, row in enumerate(rows):
+            row[f"{key}_n"] = float(count[k])
+            row[f"{key}_ms"] = (float(total[k] / count[k]) if count[k] >= DRIFT_MIN_REQUESTS
+                                else None)
     return rows
 
 

@@ -155,13 +155,10 @@ class FrontierRow(Base):
 def on_frontier(rows: Sequence[FrontierRow]) -> list[bool]:
     """For stored hall-of-fame rows: whether each is on the frontier, i.e. has a training
     loss strictly lower than every simpler row's (the sweep of ``Frontier.from_elites``)."""
-    best = math.inf
-    out = []
-    for r in sorted(rows, key=lambda r: (r.complexity, r.position)):
-        out.append((r.position, r.loss < best))
-        best = min(best, r.loss)
-    flags = dict(out)
-    return [flags[r.position] for r in rows]
+    flags, best = [False] * len(rows), math.inf
+    for i in sorted(range(len(rows)), key=lambda i: (rows[i].complexity, rows[i].position)):
+        flags[i], best = rows[i].loss < best, min(best, rows[i].loss)
+    return flags
 
 
 class CorpusVersion(Base):
