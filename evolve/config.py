@@ -38,6 +38,9 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
         base_url: str = field(default="", metadata={"doc": "OpenAI-compatible base URL"})
 
 
+# Keys added after runs were first stored, with the value that reproduces what runs stored
+# without them did (see Config.from_dict).
+BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1}
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
 # [llm] keys added after archives existed (issue 16): stored only when set, so a run that
@@ -132,6 +135,8 @@ class FitSection:
         " divided by the group's training runs; 0 = off")
     max_evals: int = _doc(300, "loss evaluations per fit (all restarts together)")
     restarts: int = _doc(1, "CMA-ES restarts when a fit fails")
+    starts: int = _doc(3, "teacher-forced fits per program from independent CMA-ES streams, "
+                       "each judged closed loop; the lowest training loss is kept")
     window_steps: int = _doc(2000, "steps per load stage in the fitting windows")
     fitness: str = _doc("closed_loop", "how fitted programs are judged: closed_loop (stage "
                         "slices simulated) | teacher_forced (fitting windows)",
@@ -191,7 +196,13 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<config>") -> Config:
+        """A stored config (``evolve replay``, ``--resume``). A key it lacks takes the value
+        that reproduces the behaviour of the code that stored it (:data:`BEFORE_KEY`), not
+        today's default: an archive must replay the same after a default changes."""
         cfg = cls()
+        for (section, key), value in BEFORE_KEY.items():
+            if key not in (data.get(section) or {}):
+                setattr(getattr(cfg, section), key, value)
         apply_dict(cfg, data, source)
         return validate(cfg, source)
 
@@ -311,6 +322,7 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
         "search.fingerprint_digits": (1 <= cfg.search.fingerprint_digits <= 17,
                                       "an integer in [1, 17]"),
         "fit.max_evals": (cfg.fit.max_evals >= 1, "an integer >= 1"),
+        "fit.starts": (cfg.fit.starts >= 1, "an integer >= 1"),
         "fit.window_steps": (cfg.fit.window_steps >= 1, "an integer >= 1")}
     for key, (ok, allowed) in ranges.items():
         if not ok:

@@ -58,6 +58,7 @@ def test_stored_dict_round_trip():
     ("[fit]\nscope = 'everywhere'\n", "key 'fit.scope' must be one of"),
     ("[split]\nmode = 'random'\n", "key 'split.mode'"),
     ("[search]\nchildren = 0\n", "key 'search.children' out of range"),
+    ("[fit]\nstarts = 0\n", "key 'fit.starts' out of range"),
     ("[llm]\ntemperture = 1.0\n", "unknown key 'llm.temperture'"),
     ("[llm]\ncassette_mode = 'replay'\n", "section 'llm'"),
     ("run = 3\n", "key 'run' must be a table"),
@@ -144,3 +145,11 @@ def test_llm_flags_pass_through(capsys):
     assert data["llm"]["cassette"] == "c.jsonl" and data["llm"]["cassette_mode"] == "replay"
     assert main(["run", "--print-config", "--record"]) == 2
     assert "--cassette" in capsys.readouterr().err
+
+
+def test_a_stored_config_without_a_later_key_keeps_the_behaviour_it_was_run_with():
+    stored = Config().stored_dict()
+    assert Config.from_dict(stored).fit.starts == Config().fit.starts == 3
+    del stored["fit"]["starts"]  # a run stored before fit.starts existed fitted once
+    assert Config.from_dict(stored).fit.starts == 1
+    assert Config.from_dict({}).fit.starts == 1

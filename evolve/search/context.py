@@ -33,6 +33,7 @@ class RunContext:
     window_steps: int
     max_evals: int
     restarts: int = 1
+    starts: int = 1  # teacher-forced fits per program, the best judged closed loop is kept
     pool_strength: float = 0.5
     prior_strength: float = 1.0
     probe: np.ndarray | None = None  # float64[N_FEATURES, n] fingerprint steps
@@ -72,8 +73,8 @@ QUEUE_DOMINATED_TTFT_S = 5.0
 def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunContext:
     """The run context of a config: fitting knobs and, for closed-loop fitness, the slices."""
     ctx = RunContext(evaluator, dict(splits), cfg.fit.scope, cfg.fit.window_steps,
-                     cfg.fit.max_evals, cfg.fit.restarts, cfg.fit.pool_strength,
-                     cfg.fit.prior_strength)
+                     cfg.fit.max_evals, cfg.fit.restarts, cfg.fit.starts,
+                     cfg.fit.pool_strength, cfg.fit.prior_strength)
     if cfg.search.physics == "reject":
         ctx.probes = probes_for(evaluator, list(splits))
     if cfg.fit.fitness == "closed_loop":

@@ -6,8 +6,8 @@ re-score a stored program with exactly the code the run used.
 
 Metrics are stored per scenario (or slice, named ``<run>@<from>-<to>s``) as plain dicts
 (``RunMetrics.to_dict()`` with the split of the parent run and a ``mode`` key). Only
-training runs enter the loss; validate/test numbers are stored for reporting and never
-read by selection.
+training runs enter the loss and the fit; validate numbers are read by the pick and the
+champion (``evolve.search.pareto``); test numbers are stored for reporting only.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from evaluator.api import loss
 from evolve import physics
 from evolve.codegen import step_model
 from evolve.fitting import const_map, fit_program
+from evolve.fitting.bounds import derived_seed
 from evolve.language import Program
 from evolve.search.context import RunContext, Scored
 from evolve.search.selection import split_loss
@@ -77,7 +78,32 @@ def score_program(ctx: RunContext, program: Program,
 
 
 def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:
-    """Fit constants on the training runs (CMA-ES), then score on every run."""
+    """Fit constants on the training runs (CMA-ES), then score on every run.
+
+    ``ctx.starts`` teacher-forced fits from independent CMA-ES streams (the first draws
+    from ``seed`` itself), each judged closed loop; the lowest training loss is kept (ties:
+    the earlier start), with the evaluations of all starts counted. Why: fits of one
+    program that are equally good teacher forced (0.043-0.047 on 7a8293dea4fe) differ
+    closed loop by orders of magnitude (0.10-50): teacher forcing holds each request's
+    wait fixed, so it cannot see that constants a few percent slow at a knee stage's batch
+    sizes make that stage queue without bound. One fit made a program's score a lottery;
+    the best of a few makes it a property of the program. The validate split is never
+    read for this choice.
+    """
+    best: Scored | None = None
+    n_evals = 0
+    for k in range(max(1, ctx.starts)):
+        out = fit_once(ctx, program, seed if k == 0 else derived_seed(seed, "start", k))
+        n_evals += out.n_evals
+        if best is None or (out.ok and (not best.ok or out.loss < best.loss)):
+            best = out
+    assert best is not None
+    best.n_evals = n_evals
+    return best
+
+
+def fit_once(ctx: RunContext, program: Program, seed: int) -> Scored:
+    """One teacher-forced fit from ``seed``, judged closed loop."""
     try:
         fit = fit_program(program, ctx.evaluator, ctx.train, ctx.scope, seed, ctx.max_evals,
                           ctx.restarts, probes=ctx.probes, pool_strength=ctx.pool_strength,

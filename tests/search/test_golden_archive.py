@@ -44,8 +44,9 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 # and by inert constants keeping their start value in both fits and `layered` pricing bytes
 # at HBM bandwidth with per-layer-and-request overheads (no all-reduce latency), and by the
 # frontier table storing the hall of fame (the best program of each complexity), from
-# which the validate rule picks.
-GOLDEN = "018352c07afcf839b0f97d97a34ca9041627c270e7d52f7e179ed261b5d5e17c"
+# which the validate rule picks, and by every child keeping the best of `fit.starts` (3)
+# teacher-forced fits judged closed loop.
+GOLDEN = "6cb5ff4806ccfc6e701c1f0bfc26dcc992e059bbb845d88c3b262aa28524d2bf"
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -1,0 +1,46 @@
+"""Judging a child: the best of ``fit.starts`` teacher-forced fits, judged closed loop."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from evaluator.api import Evaluator
+from evolve.codegen import step_model
+from evolve.config import Config, apply_dict, validate
+from evolve.fitting import const_map
+from evolve.fitting.bounds import derived_seed
+from evolve.language import parse_program
+from evolve.search.context import make_context
+from evolve.search.judge import fit_and_score, fit_once
+
+SEEDS = Path(__file__).resolve().parents[2] / "seeds"
+
+
+def _context(scenarios, starts):
+    cfg = Config()
+    apply_dict(cfg, {"fit": {"max_evals": 30, "restarts": 0, "window_steps": 300,
+                             "starts": starts, "slice_seconds": 40.0,
+                             "slice_warmup_seconds": 10.0}}, "test")
+    cfg = validate(cfg, "test")
+    ev = Evaluator(scenarios)
+    boot = parse_program((SEEDS / "linear.py").read_text())
+    ev.refresh_corpora(step_model(boot), const_map(boot, {}, ev.scenarios, "global"), 300)
+    return make_context(cfg, ev, dict.fromkeys(ev.names(), "train"))
+
+
+def test_the_lowest_closed_loop_training_loss_of_the_starts_is_kept(small_scenarios):
+    ctx = _context(small_scenarios, starts=3)
+    assert ctx.starts == 3
+    prog = parse_program((SEEDS / "layered.py").read_text())
+    seeds = [11, derived_seed(11, "start", 1), derived_seed(11, "start", 2)]
+    singles = [fit_once(ctx, prog, s) for s in seeds]
+    assert len({round(r.loss, 12) for r in singles}) > 1  # independent streams
+    kept = fit_and_score(ctx, prog, 11)
+    ok = [r for r in singles if r.ok]
+    want = min(ok, key=lambda r: r.loss) if ok else singles[0]
+    assert kept.loss == want.loss and kept.groups == want.groups
+    assert kept.n_evals == sum(r.n_evals for r in singles)
+    # one start is the single fit from the job's own seed (the behaviour before)
+    one = fit_and_score(dataclasses.replace(ctx, starts=1), prog, 11)
+    assert one.loss == singles[0].loss and one.groups == singles[0].groups
