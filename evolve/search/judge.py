@@ -32,11 +32,17 @@ def _clean(groups: Any) -> dict[str, dict[str, float]]:
 
 
 def score_program(ctx: RunContext, program: Program,
-                  groups: dict[str, dict[str, float]]) -> Scored:
-    """Teacher-forced metrics of ``program`` with fixed constants on every scenario."""
+                  groups: dict[str, dict[str, float]], train_only: bool = False) -> Scored:
+    """Teacher-forced metrics of ``program`` with fixed constants on every scenario.
+
+    ``train_only``: the training runs and slices alone (the same training loss and
+    rejection reason, no held-out metrics), for choosing among the starts of a fit.
+    """
     ev = ctx.evaluator
+    keep = (lambda n: ctx.splits[n] == "train") if train_only else (lambda n: True)
     sliced = set(ctx.slice_parent.values()) | set(ctx.full_runs)
-    forced = [n for n in ctx.names if n not in sliced]
+    forced = [n for n in ctx.names if n not in sliced and keep(n)]
+    full_runs = [n for n in ctx.full_runs if keep(n)]
     try:
         model = step_model(program)
         consts = const_map(program, groups, ev.scenarios, ctx.scope)
@@ -44,13 +50,13 @@ def score_program(ctx: RunContext, program: Program,
         for n in runs:
             runs[n].split = ctx.splits[n]
         if ctx.slices is not None and ctx.slice_parent:
-            sims = ctx.slices.simulate(model, {s: consts[p] for s, p in
-                                               ctx.slice_parent.items()})
+            mine = {s: consts[p] for s, p in ctx.slice_parent.items() if keep(p)}
+            sims = ctx.slices.simulate(model, mine, names=sorted(mine)) if mine else {}
             for sname, res in sims.items():
                 res.metrics.split = ctx.splits[ctx.slice_parent[sname]]
                 runs[sname] = res.metrics
-        if ctx.full_runs:
-            for name, res in ev.simulate(model, consts, names=ctx.full_runs).items():
+        if full_runs:
+            for name, res in ev.simulate(model, consts, names=full_runs).items():
                 res.metrics.split = ctx.splits[name]
                 runs[name] = res.metrics
     except (ArithmeticError, ValueError, KeyError) as exc:
@@ -90,20 +96,32 @@ def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:
     the best of a few makes it a property of the program. The validate split is never
     read for this choice.
     """
-    best: Scored | None = None
-    n_evals = 0
-    for k in range(max(1, ctx.starts)):
-        out = fit_once(ctx, program, seed if k == 0 else derived_seed(seed, "start", k))
-        n_evals += out.n_evals
-        if best is None or (out.ok and (not best.ok or out.loss < best.loss)):
-            best = out
-    assert best is not None
-    best.n_evals = n_evals
+    seeds = [seed if k == 0 else derived_seed(seed, "start", k)
+             for k in range(max(1, ctx.starts))]
+    if len(seeds) == 1:
+        return fit_once(ctx, program, seed)
+    # judge each start on the training runs only; score the held-out runs of the kept one
+    trials = [fit_once(ctx, program, s, train_only=True) for s in seeds]
+    order = sorted((k for k, t in enumerate(trials) if t.ok), key=lambda k: trials[k].loss)
+    best = next((out for out in (_rescore(ctx, program, trials[k]) for k in order)
+                 if out.ok), None)
+    if best is None:  # no start valid on every run: the first start, as a single fit
+        best = _rescore(ctx, program, trials[0])
+    best.n_evals = sum(t.n_evals for t in trials)
     return best
 
 
-def fit_once(ctx: RunContext, program: Program, seed: int) -> Scored:
-    """One teacher-forced fit from ``seed``, judged closed loop."""
+def _rescore(ctx: RunContext, program: Program, trial: Scored) -> Scored:
+    """A start judged on the training runs, scored on every run (its failure kept)."""
+    if trial.groups is None or trial.reason.startswith("fit failed"):
+        return trial
+    return score_program(ctx, program, trial.groups)
+
+
+def fit_once(ctx: RunContext, program: Program, seed: int,
+             train_only: bool = False) -> Scored:
+    """One teacher-forced fit from ``seed``, judged closed loop (``train_only``: on the
+    training runs alone, see :func:`score_program`)."""
     try:
         fit = fit_program(program, ctx.evaluator, ctx.train, ctx.scope, seed, ctx.max_evals,
                           ctx.restarts, probes=ctx.probes, pool_strength=ctx.pool_strength,
@@ -114,6 +132,6 @@ def fit_once(ctx: RunContext, program: Program, seed: int) -> Scored:
     if not groups or not np.isfinite(fit.loss):
         return Scored(groups or None, n_evals=int(fit.n_evals),
                       reason=f"fit failed: {fit.status}")
-    out = score_program(ctx, program, groups)
+    out = score_program(ctx, program, groups, train_only)
     out.n_evals = int(fit.n_evals)
     return out

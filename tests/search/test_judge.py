@@ -44,3 +44,18 @@ def test_the_lowest_closed_loop_training_loss_of_the_starts_is_kept(small_scenar
     # one start is the single fit from the job's own seed (the behaviour before)
     one = fit_and_score(dataclasses.replace(ctx, starts=1), prog, 11)
     assert one.loss == singles[0].loss and one.groups == singles[0].groups
+
+
+def test_train_only_scoring_gives_the_training_loss_of_the_full_score(small_scenarios):
+    ctx = _context(small_scenarios, starts=1)
+    names = ctx.names
+    ctx.splits = {names[0]: "train", names[1]: "train", names[2]: "validate",
+                  names[3]: "test"}
+    prog = parse_program((SEEDS / "layered.py").read_text())
+    full = fit_once(ctx, prog, 5)
+    trial = fit_once(ctx, prog, 5, train_only=True)
+    assert trial.loss == full.loss and trial.reason == full.reason
+    assert trial.groups == full.groups
+    assert {m["split"] for m in trial.metrics.values()} == {"train"}
+    assert {m["split"] for m in full.metrics.values()} == {"train", "validate", "test"}
+    assert trial.metrics == {n: m for n, m in full.metrics.items() if m["split"] == "train"}
