@@ -29,6 +29,8 @@ from evaluator.ingest_trace import from_tracev2
 from evaluator.model import ConstMap, StepModel
 from evaluator.scenarios import DataError, Scenario, data_dir
 from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
+from evaluator.sensitivity import DELTA as SENSITIVITY_DELTA
+from evaluator.sensitivity import e2e_response, scaled
 from evaluator.simulator import SimResult, simulate
 from evaluator.synthetic import ProbeBatches, probe_batches
 from evaluator.trace_export import replay_command, scenario_trace, shell
@@ -40,6 +42,7 @@ __all__ = [
     "FEATURE_NAMES",
     "N_FEATURES",
     "PEAK_FLOPS",
+    "SENSITIVITY_DELTA",
     "ConstMap",
     "Corpus",
     "DataError",
@@ -54,6 +57,7 @@ __all__ = [
     "StepModel",
     "baseline_models",
     "data_dir",
+    "e2e_response",
     "experiment_dirs",
     "from_inference_perf",
     "from_tracev2",
@@ -64,6 +68,7 @@ __all__ = [
     "read_tracev2",
     "replay_command",
     "request_latencies",
+    "scaled",
     "scenario_trace",
     "shell",
     "write_experiment",

@@ -80,6 +80,27 @@ def long_context_pairs(probe: ProbeBatches) -> tuple[np.ndarray, np.ndarray]:
     return probe.more_context[keep], added[keep]
 
 
+def context_price(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> float:
+    """How steeply ``model`` prices long contexts against the hardware: along the
+    long-context decode pairs, the step time it adds, summed, over what the measured
+    decode-attention kernel adds (1.0: as the kernel; nan without such pairs).
+
+    Why a number of its own: check 4 sets a floor on the slope and nothing caps it, so a
+    program fitted on short contexts may price context at any multiple of the kernel
+    (docs/selection.md says why there is no ceiling); this says which multiple it chose.
+    Summed rather than per pair: a bytes-based KV term grows linearly where the kernel
+    is flat (a few short requests), so single pairs overstate it.
+    """
+    pairs, added = long_context_pairs(probe)
+    if not added.size:
+        return float("nan")
+    n = probe.features.shape[1]
+    with np.errstate(all="ignore"):
+        t = np.broadcast_to(np.asarray(model.vector_fn(probe.features, consts),
+                                       dtype=np.float64), (n,))
+    return float((t[pairs[:, 1]] - t[pairs[:, 0]]).sum() / added.sum())
+
+
 def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str | None:
     """Why ``model`` with constants ``consts`` breaks physics on ``probe``, or None."""
     n = probe.features.shape[1]

@@ -21,7 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from evaluator.api import ConstMap, Evaluator, RunMetrics, StepModel, request_latencies
+from evaluator.api import (
+    SENSITIVITY_DELTA,
+    ConstMap,
+    Evaluator,
+    RunMetrics,
+    StepModel,
+    e2e_response,
+    probe_batches,
+    request_latencies,
+)
+from evolve.physics import context_price
 
 TABLE_KEYS = (("e2e_mean", "E2E"), ("e2e_p90", "E2E p90"), ("e2e_p99", "E2E p99"),
               ("ttft_mean", "TTFT"), ("ttft_p90", "TTFT p90"), ("ttft_p99", "TTFT p99"),
@@ -37,6 +47,9 @@ class Validation:
     metrics: dict[str, RunMetrics]
     latencies: dict[str, tuple[np.ndarray, np.ndarray]]  # run -> (sim E2E s, measured E2E s)
     drift: dict[str, list[dict[str, float | None]]] = field(default_factory=dict)
+    context_price: dict[str, float | None] = field(default_factory=dict)  # x the kernel
+    # run -> relative change of mean E2E with every step time at 1 -/+ SENSITIVITY_DELTA
+    sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def decode_drift(measured: tuple[np.ndarray, ...], simulated: tuple[np.ndarray, ...],
@@ -83,7 +96,41 @@ def validate(ev: Evaluator, model: StepModel, consts: ConstMap,
                 (sc.arrival_us[done] * 1e-6, m.ttft_s[done], m.e2e_s[done],
                  sc.output_tokens[done]),
                 (c.arrival_us[ok] * 1e-6, ttft, e2e, c.output_tokens[ok]))
-    return Validation({n: r.metrics for n, r in sims.items()}, lat, drift)
+    price: dict[str, float | None] = {}
+    for name in sims:  # per model, with the constants of its first simulated run
+        sc = ev.by_name[name]
+        if sc.model not in price:
+            v = context_price(model, np.asarray(consts[name], np.float64), probe_batches(sc))
+            price[sc.model] = v if np.isfinite(v) else None  # None: no long-context pairs
+    base = {n: r.metrics.pred.get("e2e_mean", np.nan) for n, r in sims.items()}
+    moved = e2e_response(ev.simulate, model, consts, list(sims), base)
+    return Validation({n: r.metrics for n, r in sims.items()}, lat, drift, price, moved)
+
+
+KNEE = 2.0  # at a knee: mean E2E moves more than this many times the step-time change
+
+
+def sensitivity_lines(val: Validation) -> list[str]:
+    """One line: the runs at their knee, where a small step-time error is a large miss."""
+    if not val.sensitivity:
+        return []
+    knee = [(n, v) for n, v in val.sensitivity.items()
+            if max(abs(v["minus"]), abs(v["plus"])) > KNEE * SENSITIVITY_DELTA]
+    cells = ", ".join(f"{n[16:] if n[:8].isdigit() else n} {100 * v['minus']:+.1f}/"
+                      f"{100 * v['plus']:+.1f} %" for n, v in knee) or "none"
+    return [f"runs at a knee (mean E2E moves over {KNEE:g}x as much as every step time, "
+            f"{SENSITIVITY_DELTA:.0%} shorter/longer): {cells}"]
+
+
+def context_lines(val: Validation) -> list[str]:
+    """One line: how steeply the program prices long contexts, per model."""
+    if not val.context_price:
+        return []
+    cells = ", ".join(f"{m} {'n/a' if v is None else f'{v:.2f}x'}"
+                      for m, v in sorted(val.context_price.items()))
+    return [f"long-context price (step time added along longer decode contexts over what "
+            f"the measured decode-attention kernel adds; BLIS's published model: 1.7-1.9x): "
+            f"{cells}"]
 
 
 def drift_lines(val: Validation) -> list[str]:

@@ -56,3 +56,42 @@ def test_validate_reports_the_drift_of_the_overloaded_validate_run(capsys, data_
     assert sum(r["measured_n"] for r in every) == 4800 - meas["failures"]  # every completion
     assert any(r["simulated_ms"] is not None for r in out["admission_drift"][
         MIXTRAL_REASONING])
+    # how steeply it prices long contexts, per model of the simulated runs: `layered`
+    # prices context by the KV bytes at peak bandwidth, a little under the kernel
+    assert set(out["context_price"]) == {"codellama-34b", "mixtral-8x7b"}
+    assert all(0.8 < v < 1.0 for v in out["context_price"].values())
+    # every simulated run answers to a 3 % step-time change; `layered` at its declared
+    # constants runs Mixtral `reasoning` at its knee (no timeouts, amplified response)
+    sens = out["sensitivity"]
+    assert set(sens) == set(out["runs"])
+    assert all(v["minus"] < 0.0 < v["plus"] for v in sens.values())
+    assert sens[MIXTRAL_REASONING]["plus"] > 2 * 0.03
+    assert all(abs(v["plus"]) < 2 * 0.03 for n, v in sens.items() if n != MIXTRAL_REASONING)
+
+
+def test_an_overloaded_run_answers_with_failures_not_mean_e2e(capsys, data_path):
+    """BLIS's published coefficients overload Mixtral `reasoning`: the completed requests'
+    mean E2E is capped by the client timeout and hardly moves with the step time, while
+    the simulated timeouts do."""
+    assert main(["validate", "trained_physics", "--data", str(data_path), "--split",
+                 "validate", "--json", "--no-plots"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    s = out["sensitivity"][MIXTRAL_REASONING]
+    failed = out["runs"][MIXTRAL_REASONING]["pred"]["failures"]
+    assert failed > 100
+    assert abs(s["minus"]) < 0.03 and abs(s["plus"]) < 0.03
+    assert s["failed_minus"] < 0.9 * failed and s["failed_plus"] > 1.1 * failed
+
+
+def test_sensitivity_line_names_only_the_runs_at_a_knee():
+    from evolve.validation import Validation, sensitivity_lines
+
+    val = Validation({}, {}, sensitivity={
+        "20260217-231439-llama-2-7b-tp1-general": {"minus": -0.086, "plus": 0.102},
+        "20260217-155451-llama-2-7b-tp1-codegen": {"minus": -0.042, "plus": 0.043}})
+    (line,) = sensitivity_lines(val)
+    assert line.endswith("llama-2-7b-tp1-general -8.6/+10.2 %")
+    assert "codegen" not in line
+    calm = Validation({}, {}, sensitivity={"a": {"minus": -0.03, "plus": 0.03}})
+    assert sensitivity_lines(calm)[0].endswith(": none")
+    assert sensitivity_lines(Validation({}, {})) == []

@@ -1,10 +1,12 @@
 """``evolve validate ID``: closed-loop simulation of an archived program on every run.
 
 Prints the per-run table (measured vs simulated mean/p90/p99 E2E and TTFT, decode
-interval, APE, split) and writes two PNG plots. ID is an archived program id (prefix
-accepted); its constants are those of its latest accepted evaluation. A program file can
-be validated too, with ``--constants JSON`` ({group: {name: value}}) or at its initial
-constants.
+interval, APE, split), the decode interval by admission time of the runs that queue, the
+program's long-context price per model and the runs at a knee (``evaluator.sensitivity``:
+every run is simulated again at step times 3 % shorter and longer), and writes two PNG
+plots. ID is an archived program id (prefix accepted); its constants are those of its
+latest accepted evaluation. A program file can be validated too, with ``--constants JSON``
+({group: {name: value}}) or at its initial constants.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator
     from evolve.fitting import const_map
     from evolve.validation import (
+        context_lines,
         drift_lines,
         plot,
+        sensitivity_lines,
         summary_lines,
         table_headers,
         table_rows,
@@ -63,13 +67,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = {n: m.to_dict() for n, m in val.metrics.items()}
         json.dump({"program": program.id, "scope": scope, "runs": out,
-                   "admission_drift": val.drift}, sys.stdout, indent=1, sort_keys=True)
+                   "admission_drift": val.drift, "context_price": val.context_price,
+                   "sensitivity": val.sensitivity},
+                  sys.stdout, indent=1, sort_keys=True)
         print()
     else:
         print(f"program {program.id[:12]} (complexity {program.complexity}, scope {scope}); "
               "closed loop; times in s; decode interval = (E2E - TTFT) / (output tokens - 1)")
         print(table(table_headers(), table_rows(val.metrics), right=range(2, 24)))
-        for line in [*summary_lines(val.metrics), *drift_lines(val)]:
+        for line in [*summary_lines(val.metrics), *drift_lines(val), *context_lines(val),
+                     *sensitivity_lines(val)]:
             print(line)
     if not args.no_plots:
         for p in plot(val, Path(args.out), label):

@@ -40,6 +40,25 @@ def test_context_priced_below_the_measured_kernels_is_caught(scenario):
     assert _check("c.a * (f.weight_read + 1.2 * f.kv_read) + c.b * 200.0", scenario) is None
 
 
+def test_context_price_is_the_slope_over_the_measured_kernels(scenario):
+    probe = probe_batches(scenario)
+
+    def price(body: str) -> float:
+        prog = parse_program(HEAD + "    return " + body + "\n")
+        return physics.context_price(step_model(prog), prog.init_vector(), probe)
+
+    # the kernel itself (plus context-free terms) prices context at exactly 1
+    assert price("c.a * f.k_dc_attn + f.weight_read + c.b * f.batch_size") == \
+        pytest.approx(1.0)
+    # twice the kernel is twice; the KV read at peak bandwidth is a little under it
+    assert price("2.0 * f.k_dc_attn + c.b") == pytest.approx(2.0)
+    kv = price("f.kv_read + c.b")
+    assert 0.8 < kv < 1.0
+    assert price("3.0 * f.kv_read + c.b") == pytest.approx(3.0 * kv)
+    # context-blind: 0
+    assert price("c.a * f.weight_read + c.b * f.batch_size") == 0.0
+
+
 def test_a_program_blind_to_context_undercuts_the_floor(scenario):
     why = _check("c.a * f.kv_write + c.b * 2.0", scenario)
     assert why is not None and "undercuts the physical floor" in why and "L=4000" in why

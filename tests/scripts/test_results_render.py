@@ -58,3 +58,29 @@ def test_targets_follow_the_medians_over_seeds():
     assert ("refitted without each model): LOMO median 1 of 2 over fitting seeds 7, 1, 2 "
             "(1, 0, 2; target 10)") in text
     assert "`evolve generalize layered --mode lomo --polish-evals 0 --seed 7`" in text
+
+
+def test_the_price_table_lists_each_pick_per_model_when_every_seed_has_it():
+    seeds = [_seed(7, 1.0, 0.05), _seed(1, 1.0, 0.5)]
+    args = argparse.Namespace(seeds=[7, 1], generations=60)
+    assert "Long-context price" not in render(seeds, {}, {}, args)  # older validate files
+    seeds[0]["validate"]["context_price"] = {"a": 2.94, "b": None}
+    seeds[1]["validate"]["context_price"] = {"a": 1.1, "b": 0.9}
+    text = render(seeds, {}, {}, args)
+    assert "| seed | pick | a | b |" in text
+    assert "| 7 | `000000000007` | 2.94 | - |" in text
+    assert "| 1 | `000000000001` | 1.10 | 0.90 |" in text
+
+
+def test_the_knee_column_appears_with_the_sensitivity_of_the_first_pick():
+    seeds = [_seed(7, 1.0, 0.05)]
+    args = argparse.Namespace(seeds=[7], generations=60)
+    assert "E2E at step -/+3 %" not in render(seeds, {}, {}, args)
+    seeds[0]["validate"]["sensitivity"] = {"a-general": {"minus": -0.086, "plus": 0.102}}
+    text = render(seeds, {}, {}, args)
+    assert "| run | split | E2E | TTFT | decode | p99 E2E | failed sim/meas | " \
+           "E2E at step -/+3 % |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| a-general | train"))
+    assert row.split(" | ")[7] == "-8.6 / +10.2"
+    row = next(line for line in text.splitlines() if line.startswith("| b-general | valid"))
+    assert row.split(" | ")[7] == "-"
