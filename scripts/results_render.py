@@ -101,6 +101,15 @@ def within(generalize: dict[str, Any], limit: float = 10.0) -> tuple[int, int]:
     return sum(v <= limit for v in vals), len(vals)
 
 
+def _knee(v: dict[str, float] | None, step: float = 0.03, at: float = 2.0) -> str:
+    """`` (knee x3.1)`` for a held-out run whose simulated mean E2E moves more than ``at``
+    times a ``step`` change of every step time (evolve generalize's sensitivity)."""
+    if not v:
+        return ""
+    k = max(abs(v["minus"]), abs(v["plus"])) / step
+    return f" (knee x{k:.1f})" if k > at else ""
+
+
 def _price_table(seeds: list[dict[str, Any]]) -> list[str]:
     """Each pick's long-context price per model (``context_price`` of ``evolve validate
     --json``; docs/selection.md): how far its long-context figures lean on hardware."""
@@ -176,10 +185,14 @@ def render(seeds: list[dict[str, Any]], base: dict[str, Any], held: dict[str, An
                 f"--seed {result['seed']}")
         out += ["", f"**{title}** (`evolve generalize {what}`; "
                 "constants refitted without the held-out runs, which are simulated closed "
-                "loop; mean E2E / TTFT / decode APE):", "",
+                "loop; mean E2E / TTFT / decode APE; `knee xK`: its simulated mean E2E "
+                "moves K times as much as every step time, so a miss there is a K times "
+                "smaller step-time error):", "",
                 "| held out | runs |", "|---|---|"]
         for fold, fr in sorted(result["folds"].items()):
+            knees = result.get("sensitivity", {}).get(fold, {})
             out.append(f"| {fold} | " + ", ".join(
                 f"{short(n)} {pct(m, 'e2e_mean'):.1f} / {pct(m, 'ttft_mean'):.1f} / "
-                f"{pct(m, 'itl_mean'):.1f}" for n, m in sorted(fr.items())) + " |")
+                f"{pct(m, 'itl_mean'):.1f}{_knee(knees.get(n))}"
+                for n, m in sorted(fr.items())) + " |")
     return "\n".join(out)

@@ -289,3 +289,8 @@ def test_rule_lomo_gives_a_held_out_mixture_of_experts_the_prior_moe_cost(capsys
         declared["moe_layer_us"]
     assert out["constants"]["llama-2-7b"]["global"]["moe_layer_us"] != \
         declared["moe_layer_us"]
+    # every held-out run is simulated again at step times 3 % shorter and longer
+    assert {f: sorted(r) for f, r in out["sensitivity"].items()} == \
+        {f: sorted(r) for f, r in out["folds"].items()}
+    assert all(v["minus"] < 0.0 < v["plus"] for runs in out["sensitivity"].values()
+               for n, v in runs.items() if "reasoning" not in n)

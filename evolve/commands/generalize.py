@@ -1,7 +1,9 @@
 """``evolve generalize PROGRAM --mode lomo|lowo``: hold out a model or a workload.
 
 For every fold, the program's constants are fitted on the runs that remain (teacher forced,
-then polished closed loop on stage slices) and the held-out runs are simulated closed loop.
+then polished closed loop on stage slices) and the held-out runs are simulated closed loop,
+and again at step times 3 % shorter and longer: a miss on a run at its knee (mean E2E
+moving several times the step-time change) is a small step-time error.
 Leave-one-model-out needs one global constant set (the held-out model has none of its own:
 it gets the global set, or a pooled program's global set that the models' sets shrink to);
 leave-one-workload-out keeps the program's usual per-model sets. Reasoning runs are never
@@ -55,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
-    from evaluator.api import Evaluator
+    from evaluator.api import Evaluator, e2e_response
     from evolve.fitting import closed_loop_fit, const_map, fit_program
     from evolve.physics import probes_for
 
@@ -70,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     start_groups = groups if scope != "global" or set(groups) == {"global"} else {}
     out: dict[str, dict] = {}
     fold_consts: dict[str, dict] = {}
+    knees: dict[str, dict] = {}  # held-out run -> mean E2E change at step times -/+3 %
     for held in folds:
         train = [s.name for s in ev.scenarios if key(s) != held and s.workload != "reasoning"]
         test = [s.name for s in ev.scenarios if key(s) == held]
@@ -89,10 +92,12 @@ def run(args: argparse.Namespace) -> int:
         consts = const_map(program, fitted, ev.scenarios, scope)
         sims = ev.simulate(model, consts, names=test)
         out[held] = {n: r.metrics.to_dict() for n, r in sims.items()}
+        base = {n: r.metrics.pred.get("e2e_mean", math.nan) for n, r in sims.items()}
+        knees[held] = e2e_response(ev.simulate, model, consts, test, base)
     if args.json:
         json.dump({"program": program.id, "mode": args.mode, "seed": args.seed,
                    "scope": scope, "max_evals": args.max_evals,
-                   "polish_evals": args.polish_evals, "folds": out,
+                   "polish_evals": args.polish_evals, "folds": out, "sensitivity": knees,
                    "constants": fold_consts}, sys.stdout,
                   indent=1, sort_keys=True)
         print()
@@ -105,8 +110,15 @@ def run(args: argparse.Namespace) -> int:
                          f"{100 * m['ape'].get('ttft_mean', float('inf')):.1f}%",
                          f"{100 * m['ape'].get('itl_mean', float('inf')):.1f}%",
                          f"{m['pred'].get('failures', 0):.0f}/{m['meas'].get('failures', 0):.0f}",
-                         m["reason"]])
+                         _knee(knees[held].get(name)), m["reason"]])
     print(f"{args.mode} for {label} (scope {scope}); held-out runs, closed loop")
     print(table(["held out", "run", "E2E APE", "TTFT APE", "decode APE", "failed sim/meas",
-                 "note"], rows, right=(2, 3, 4, 5)))
+                 "E2E at step -/+3 %", "note"], rows, right=(2, 3, 4, 5, 6)))
     return 0
+
+
+def _knee(v: dict[str, float] | None) -> str:
+    """How far the run's simulated mean E2E moves with step times 3 % shorter / longer:
+    a held-out miss at a knee (several times the step-time change) is a small step-time
+    error (evaluator/sensitivity.py)."""
+    return "-" if v is None else f"{100 * v['minus']:+.1f} / {100 * v['plus']:+.1f}"

@@ -84,3 +84,16 @@ def test_the_knee_column_appears_with_the_sensitivity_of_the_first_pick():
     assert row.split(" | ")[7] == "-8.6 / +10.2"
     row = next(line for line in text.splitlines() if line.startswith("| b-general | valid"))
     assert row.split(" | ")[7] == "-"
+
+
+def test_held_out_runs_at_a_knee_are_marked():
+    seeds = [_seed(7, 1.0, 0.05)]
+    seeds[0]["held"]["lowo"]["sensitivity"] = {"a": {
+        "a-general": {"minus": -0.086, "plus": 0.102},
+        "b-general": {"minus": -0.03, "plus": 0.031}}}
+    args = argparse.Namespace(seeds=[7], generations=60)
+    text = render(seeds, {}, seeds[0]["held"], args)
+    lowo = text.split("**Leave-one-workload-out**")[1]
+    assert "a-general 1.0 / 1.0 / 1.0 (knee x3.4)" in lowo
+    assert "b-general 1.0 / 1.0 / 1.0 |" in lowo  # 1.0x: no mark
+    assert "(knee" not in text.split("**Leave-one-workload-out**")[0]
