@@ -15,8 +15,9 @@ complete); there the simulated failure counts, reported beside it, carry the res
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numba as nb
 import numpy as np
@@ -41,8 +42,9 @@ def scaled(model: StepModel, factor: float) -> StepModel:
                    scalar_fn=nb.njit(_STEP_SIG, error_model="numpy")(raw))
 
 
-def e2e_response(simulate, model: StepModel, consts: ConstMap, names: Sequence[str],
-                 base: dict[str, float], delta: float = DELTA) -> dict[str, dict[str, float]]:
+def e2e_response(simulate: Callable[..., Mapping[str, Any]], model: StepModel,
+                 consts: ConstMap, names: Sequence[str], base: Mapping[str, float],
+                 delta: float = DELTA) -> dict[str, dict[str, float]]:
     """Per run: the relative change of simulated mean E2E from ``base`` (the unscaled
     simulation's) with step times at ``1 - delta`` (``"minus"``) and ``1 + delta``
     (``"plus"``), and the simulated failures at each (``"failed_minus"``,

@@ -94,19 +94,22 @@ def context_price(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> 
     pairs, added = long_context_pairs(probe)
     if not added.size:
         return float("nan")
+    t = probe_times(model, consts, probe)
+    return float((t[pairs[:, 1]] - t[pairs[:, 0]]).sum() / added.sum())
+
+
+def probe_times(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> np.ndarray:
+    """The step time of every synthetic batch of ``probe`` (µs; numeric errors as nan/inf,
+    not warnings: judging them is the caller's job)."""
     n = probe.features.shape[1]
     with np.errstate(all="ignore"):
-        t = np.broadcast_to(np.asarray(model.vector_fn(probe.features, consts),
-                                       dtype=np.float64), (n,))
-    return float((t[pairs[:, 1]] - t[pairs[:, 0]]).sum() / added.sum())
+        return np.broadcast_to(np.asarray(model.vector_fn(probe.features, consts),
+                                          dtype=np.float64), (n,))
 
 
 def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str | None:
     """Why ``model`` with constants ``consts`` breaks physics on ``probe``, or None."""
-    n = probe.features.shape[1]
-    with np.errstate(all="ignore"):
-        t = np.broadcast_to(np.asarray(model.vector_fn(probe.features, consts),
-                                       dtype=np.float64), (n,))
+    t = probe_times(model, consts, probe)
     bad = np.flatnonzero(~(np.isfinite(t) & (t > 0.0)))
     if bad.size:
         j = int(bad[0])
