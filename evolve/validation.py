@@ -194,7 +194,8 @@ def summary_lines(metrics: Mapping[str, RunMetrics]) -> list[str]:
 
 
 def plot(val: Validation, out_dir: Path, title: str) -> list[Path]:
-    """Predicted vs measured per run, and per-request E2E CDFs per run (PNG)."""
+    """Predicted vs measured per run, per-request E2E CDFs per run, and each run's E2E
+    response to the step time (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -243,7 +244,26 @@ def plot(val: Validation, out_dir: Path, title: str) -> list[Path]:
     axes.flat[0].legend(fontsize=7)
     paths.append(_save(plt, fig, f"{title}: per-request E2E CDF, measured vs simulated",
                        out_dir / "e2e_cdfs.png", 90))
+    if val.sensitivity:
+        paths.append(_knee_plot(plt, val, title, out_dir / "knees.png"))
     return paths
+
+
+def _knee_plot(plt: Any, val: Validation, title: str, path: Path) -> Path:
+    """Per run, simulated mean E2E change at step times -/+SENSITIVITY_DELTA: a bar far
+    past the dashed lines (the step-time change itself) is a run at its knee."""
+    names = list(val.sensitivity)
+    y = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1.5))
+    for key, color, label in (("minus", "C0", "steps shorter"), ("plus", "C3", "steps longer")):
+        ax.barh(y, [100 * val.sensitivity[n][key] for n in names], color=color, label=label)
+    for x in (-100 * SENSITIVITY_DELTA, 100 * SENSITIVITY_DELTA):
+        ax.axvline(x, color="k", ls="--", lw=1)
+    ax.set_yticks(y, [n[16:] if n[:8].isdigit() else n for n in names], fontsize=7)
+    ax.set_xlabel(f"simulated mean E2E change (%) with every step time "
+                  f"{100 * SENSITIVITY_DELTA:.0f} % shorter / longer")
+    ax.legend(fontsize=7)
+    return _save(plt, fig, f"{title}: where each run's knee is", path, 100)
 
 
 def _save(plt: Any, fig: Any, title: str, path: Path, dpi: int) -> Path:

@@ -95,3 +95,14 @@ def test_sensitivity_line_names_only_the_runs_at_a_knee():
     calm = Validation({}, {}, sensitivity={"a": {"minus": -0.03, "plus": 0.03}})
     assert sensitivity_lines(calm)[0].endswith(": none")
     assert sensitivity_lines(Validation({}, {})) == []
+
+
+def test_validate_writes_the_three_plots(tmp_path, data_path, capsys):
+    out = tmp_path / "val"
+    assert main(["validate", "layered", "--data", str(data_path), "--split", "validate",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "runs at a knee" in text and "long-context price" in text
+    pngs = sorted(p.name for p in out.iterdir())
+    assert pngs == ["e2e_cdfs.png", "knees.png", "pred_vs_measured.png"]
+    assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)

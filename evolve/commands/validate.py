@@ -3,7 +3,7 @@
 Prints the per-run table (measured vs simulated mean/p90/p99 E2E and TTFT, decode
 interval, APE, split), the decode interval by admission time of the runs that queue, the
 program's long-context price per model and the runs at a knee (``evaluator.sensitivity``:
-every run is simulated again at step times 3 % shorter and longer), and writes two PNG
+every run is simulated again at step times 3 % shorter and longer), and writes three PNG
 plots. ID is an archived program id (prefix accepted); its constants are those of its
 latest accepted evaluation. A program file can be validated too, with ``--constants JSON``
 ({group: {name: value}}) or at its initial constants.

@@ -9,8 +9,9 @@ Two sources, and why both:
   run comes straight from them, no simulation.
 * **``evolve validate`` PNGs** (``--validate-dir DIR``, default off): per-request E2E CDFs
   need the simulated requests, which the archive does not keep; ``evolve validate ID --out
-  DIR`` simulates all 16 runs whole and writes ``pred_vs_measured.png`` and
-  ``e2e_cdfs.png``. The report embeds every PNG of DIR (base64, so the page stays one file).
+  DIR`` simulates all 16 runs whole and writes ``pred_vs_measured.png``,
+  ``e2e_cdfs.png`` and ``knees.png``. The report embeds every PNG of DIR (base64, so the
+  page stays one file).
 """
 
 from __future__ import annotations
