@@ -15,7 +15,7 @@ complete); there the simulated failure counts, reported beside it, carry the res
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from evaluator.model import ConstMap, StepModel
 from evaluator.scheduler import _STEP_SIG
+from evaluator.simulator import SimResult
 
 DELTA = 0.03  # the step-time change probed, each way
 
@@ -43,10 +44,10 @@ def scaled(model: StepModel, factor: float) -> StepModel:
 
 
 def e2e_response(simulate: Callable[..., Mapping[str, Any]], model: StepModel,
-                 consts: ConstMap, names: Sequence[str], base: Mapping[str, float],
+                 consts: ConstMap, sims: Mapping[str, SimResult],
                  delta: float = DELTA) -> dict[str, dict[str, float]]:
-    """Per run: the relative change of simulated mean E2E from ``base`` (the unscaled
-    simulation's) with step times at ``1 - delta`` (``"minus"``) and ``1 + delta``
+    """Per run of ``sims`` (the unscaled simulations): the relative change of simulated
+    mean E2E with step times at ``1 - delta`` (``"minus"``) and ``1 + delta``
     (``"plus"``), and the simulated failures at each (``"failed_minus"``,
     ``"failed_plus"``). ``simulate(model, consts, names)`` is ``Evaluator.simulate``. A
     run whose scaled simulation has no finite mean E2E (or whose base has none) is left
@@ -54,10 +55,11 @@ def e2e_response(simulate: Callable[..., Mapping[str, Any]], model: StepModel,
     """
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta {delta}: must be in (0, 1)")
+    base = {n: r.metrics.pred.get("e2e_mean", np.nan) for n, r in sims.items()}
     moved: dict[str, dict[str, float]] = {}
     for key, factor in (("minus", 1.0 - delta), ("plus", 1.0 + delta)):
-        for name, res in simulate(scaled(model, factor), consts, names=list(names)).items():
-            e2e, ref = res.metrics.pred.get("e2e_mean", np.nan), base.get(name, np.nan)
+        for name, res in simulate(scaled(model, factor), consts, names=list(sims)).items():
+            e2e, ref = res.metrics.pred.get("e2e_mean", np.nan), base[name]
             if np.isfinite(e2e) and np.isfinite(ref) and ref > 0:
                 row = moved.setdefault(name, {})
                 row[key] = float(e2e / ref - 1.0)

@@ -28,10 +28,9 @@ from evaluator.api import (
     RunMetrics,
     StepModel,
     e2e_response,
-    probe_batches,
     request_latencies,
 )
-from evolve.physics import context_price
+from evolve.physics import context_price, probes_for
 
 TABLE_KEYS = (("e2e_mean", "E2E"), ("e2e_p90", "E2E p90"), ("e2e_p99", "E2E p99"),
               ("ttft_mean", "TTFT"), ("ttft_p90", "TTFT p90"), ("ttft_p99", "TTFT p99"),
@@ -96,14 +95,14 @@ def validate(ev: Evaluator, model: StepModel, consts: ConstMap,
                 (sc.arrival_us[done] * 1e-6, m.ttft_s[done], m.e2e_s[done],
                  sc.output_tokens[done]),
                 (c.arrival_us[ok] * 1e-6, ttft, e2e, c.output_tokens[ok]))
+    first: dict[str, str] = {}  # model -> its first run by name, as probes_for takes it
+    for name in sorted(sims):
+        first.setdefault(ev.by_name[name].model, name)
     price: dict[str, float | None] = {}
-    for name in sims:  # per model, with the constants of its first simulated run
-        sc = ev.by_name[name]
-        if sc.model not in price:
-            v = context_price(model, np.asarray(consts[name], np.float64), probe_batches(sc))
-            price[sc.model] = v if np.isfinite(v) else None  # None: no long-context pairs
-    base = {n: r.metrics.pred.get("e2e_mean", np.nan) for n, r in sims.items()}
-    moved = e2e_response(ev.simulate, model, consts, list(sims), base)
+    for short, probe in probes_for(ev, list(sims)).items():
+        v = context_price(model, np.asarray(consts[first[short]], np.float64), probe)
+        price[short] = v if np.isfinite(v) else None  # None: no long-context pairs
+    moved = e2e_response(ev.simulate, model, consts, sims)
     return Validation({n: r.metrics for n, r in sims.items()}, lat, drift, price, moved)
 
 

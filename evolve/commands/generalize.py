@@ -92,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
         consts = const_map(program, fitted, ev.scenarios, scope)
         sims = ev.simulate(model, consts, names=test)
         out[held] = {n: r.metrics.to_dict() for n, r in sims.items()}
-        base = {n: r.metrics.pred.get("e2e_mean", math.nan) for n, r in sims.items()}
-        knees[held] = e2e_response(ev.simulate, model, consts, test, base)
+        knees[held] = e2e_response(ev.simulate, model, consts, sims)
     if args.json:
         json.dump({"program": program.id, "mode": args.mode, "seed": args.seed,
                    "scope": scope, "max_evals": args.max_evals,

@@ -45,8 +45,7 @@ def test_scaled_multiplies_both_forms(data_path):
 def _response(sc):
     ev = Evaluator([sc])
     consts = {sc.name: np.array([D])}
-    base = {sc.name: ev.simulate(CONST, consts)[sc.name].metrics.pred["e2e_mean"]}
-    return e2e_response(ev.simulate, CONST, consts, [sc.name], base)[sc.name]
+    return e2e_response(ev.simulate, CONST, consts, ev.simulate(CONST, consts))[sc.name]
 
 
 def test_without_a_queue_e2e_follows_the_step_time(data_path):
@@ -67,5 +66,5 @@ def test_at_the_knee_a_slower_step_builds_a_queue(data_path):
 def test_delta_outside_zero_one_is_refused(data_path):
     sc = _one_at_a_time(data_path, 20.0, n=1)
     with pytest.raises(ValueError, match="delta"):
-        e2e_response(Evaluator([sc]).simulate, CONST, {sc.name: np.array([D])}, [sc.name],
-                     {sc.name: 1.0}, delta=1.5)
+        e2e_response(Evaluator([sc]).simulate, CONST, {sc.name: np.array([D])}, {},
+                     delta=1.5)
