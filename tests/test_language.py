@@ -1,36 +1,26 @@
 """The program language: the whitelist rejects hostile input before anything runs,
-normalisation gives one id per program, and the numpy and numba forms agree."""
+normalisation gives one id per program (the numpy and numba forms: test_codegen.py)."""
 
 from __future__ import annotations
 
 import builtins
 import hashlib
-import textwrap
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from program_text import GOOD, HEAD, prog
 
-from evaluator.glossary import FEATURE_INDEX, N_FEATURES
 from evolve.codegen import step_model
 from evolve.language import (
     MAX_COMPLEXITY,
     Program,
     ProgramError,
-    check_outputs,
     check_queue,
     parse_program,
 )
 
 SENTINEL = Path("/tmp/evolve_language_test_pwned")
-HEAD = 'CONSTANTS = {"a": (1.0, 0.0, 10.0)}\n'
-
-
-def prog(body: str, consts: str = HEAD, doc: str = '"""doc"""\n') -> str:
-    """A module with a step_time whose body is ``body`` (indented for you)."""
-    return doc + consts + "def step_time(f, c):\n" + textwrap.indent(
-        textwrap.dedent(body).strip("\n"), "    ") + "\n"
 
 
 def many_consts(n: int) -> str:
@@ -221,13 +211,6 @@ def test_error_locates_line_and_node():
     assert "line 5" in str(err)
 
 
-GOOD = prog("""
-    \"\"\"function docstrings are dropped\"\"\"
-    compute = c.a * (f.pf_gemm + f.pf_attn)
-    memory = f.weight_read + f.kv_read
-    t = where(f.prefill_tokens > 0, maximum(compute, memory), memory)
-    return clip(t, 1.0, 1e9) + sqrt(f.tp) + log1p(f.layers) + abs(-c.b) ** 2
-""", consts='CONSTANTS = {"b": (100, 1, 1e4), "a": (1.5, 0.1, 10), "unused": (1, 0, 2)}\n')
 
 
 def test_good_program_summary():
@@ -296,124 +279,6 @@ def test_queue_and_special_constants():
     assert q.tolist() == [150.0, 200.0, 100.0]
     assert check_queue(q) is None
     assert "request 0" in check_queue(np.array([-1.0, 2.0]))
-
-
-def sample_features(n: int = 400, seed: int = 0) -> np.ndarray:
-    """Random but plausible features: non-negative, with zeros (idle phases)."""
-    rng = np.random.default_rng(seed)
-    F = rng.lognormal(mean=3.0, sigma=2.0, size=(N_FEATURES, n))
-    F[:, rng.random(n) < 0.2] = 0.0
-    F[FEATURE_INDEX["tp"]] = rng.choice([1.0, 2.0, 4.0], n)
-    F[FEATURE_INDEX["layers"]] = rng.choice([32.0, 80.0], n)
-    F[FEATURE_INDEX["pf_gemm"], rng.random(n) < 0.3] = 0.0
-    return F
-
-
-PARITY = [
-    GOOD,
-    prog("return (c.a * f.pf_gemm ** 2.0 + f.dc_attn ** 0.5) ** (1.0 / c.p) + 1.0",
-         'CONSTANTS = {"a": (1.0, 0.1, 5.0), "p": (2.0, 1.0, 4.0)}\n'),
-    prog("x = log(f.kv_read + 1.0) * exp(-f.batch_size / 100.0)\n"
-         "y = where(x >= c.a, minimum(x, f.kv_max), clip(x, c.a, 3.0))\n"
-         "z = where(f.n_decode <= 3.0, y / (f.tp + 0.5), -y)\n"
-         "return abs(z) + maximum(f.moe_gemm, 2.0) - minimum(f.is_moe, 0.5) + c.a"),
-    prog("return f.tp ** -2.0 + sqrt(f.prefill_tokens) * c.a + log1p(f.kv_sum) + 1.0"),
-    prog("return 7.5"),
-    *sorted(str(p) for p in (Path(__file__).resolve().parents[1] / "seeds").glob("*.py")),
-]
-
-
-def _source(item: str) -> str:
-    return Path(item).read_text() if item.endswith(".py") else item
-
-
-@pytest.mark.parametrize("item", PARITY, ids=[Path(s).stem if s.endswith(".py")
-                                                else f"prog{i}" for i, s in enumerate(PARITY)])
-def test_vector_scalar_parity(item):
-    p = parse_program(_source(item))
-    model = step_model(p)
-    F = sample_features()
-    lo, hi = p.bounds()
-    rng = np.random.default_rng(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no floating-point warning may escape
-        for c in (p.init_vector(), lo + rng.random(p.n_constants) * (hi - lo)):
-            v = model.vector_fn(F, c)
-            assert v.shape == (F.shape[1],) and v.dtype == np.float64
-            s = np.array([model.scalar_fn(np.ascontiguousarray(F[:, j]), c)
-                          for j in range(F.shape[1])])
-            both = np.isfinite(v) & np.isfinite(s)
-            assert np.array_equal(np.isfinite(v), np.isfinite(s))
-            np.testing.assert_allclose(s[both], v[both], rtol=1e-12, atol=0.0)
-
-
-def test_population_batch_matches_single_calls():
-    p = parse_program(PARITY[2])
-    model = step_model(p)
-    F = sample_features(50)
-    C = np.stack([p.init_vector(), p.init_vector() * 1.5, p.init_vector() * 0.1])
-    batch = model.vector_fn(F, np.ascontiguousarray(C.T)[:, :, None])
-    assert batch.shape == (3, 50)
-    for i in range(3):
-        np.testing.assert_array_equal(batch[i], model.vector_fn(F, C[i]))
-
-
-@pytest.mark.parametrize(("body", "why"), [
-    ("return f.pf_gemm / 0.0", "non-"),
-    ("return 1.0 / 0.0 + c.a", "non-finite"),
-    ("return c.a / (f.n_prefill - f.n_prefill)", "non-finite"),
-    ("return sqrt(-1.0 - f.tp)", "non-finite"),
-    ("return log(f.tp - f.tp)", "non-finite"),
-    ("return exp(f.kv_sum * 1000.0)", "non-finite"),
-    ("return 0.0 ** -2.0 + c.a", "non-finite"),
-    ("return (-8.0) ** 0.5 + c.a", "non-finite"),
-    ("return c.a - 100.0", "non-positive"),
-])
-def test_numeric_guards_reject_without_crashing(body, why):
-    p = parse_program(prog(body))  # statically fine
-    model = step_model(p)
-    F = sample_features(64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        t = model.vector_fn(F, p.init_vector())
-        reason = check_outputs(t)
-        scalar = model.scalar_fn(np.ascontiguousarray(F[:, 0]), p.init_vector())
-    assert reason is not None and why in reason, reason
-    assert isinstance(scalar, float)
-
-
-def test_check_outputs_accepts_good_and_reports_step():
-    assert check_outputs(np.array([1.0, 2.0])) is None
-    assert check_outputs(np.array([])) is None
-    assert "step 1" in check_outputs(np.array([1.0, np.nan, 3.0]))
-    assert "step 2" in check_outputs(np.array([1.0, 2.0, 0.0]))
-
-
-def test_step_model_cached_by_id():
-    a = step_model(parse_program(VARIANTS[0]))
-    b = step_model(parse_program(VARIANTS[1]))
-    assert a is b
-
-
-def test_generated_code_names_only_whitelisted_globals():
-    from evolve.codegen import compile_program
-
-    p = parse_program(PARITY[2])
-    comp = compile_program(p)
-    import ast
-
-    for src, allowed in ((comp.vector_source, {"np"}),
-                         (comp.scalar_source, {"math", "abs", "_maximum", "_minimum"})):
-        tree = ast.parse(src)
-        fn = tree.body[0]
-        assigned = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
-                    and isinstance(n.ctx, ast.Store)}
-        loaded = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
-                  and isinstance(n.ctx, ast.Load)}
-        free = loaded - assigned - {"F", "C"}
-        assert all(n in allowed or (n.startswith("k") and n[1:].isdigit()) for n in free), free
-        assert not any(isinstance(n, ast.Attribute) and n.attr.startswith("_")
-                       for n in ast.walk(fn))
 
 
 def test_program_is_frozen():

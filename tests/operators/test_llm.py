@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llm_server import (
     HELDOUT_RUNS,
     LINEAR,
-    TRAIN_RUNS,
     LLMServer,
     Reply,
     fenced,
@@ -25,7 +24,6 @@ from llm_server import (
     program_for,
 )
 
-from evaluator.glossary import FEATURES
 from evolve.language import parse_program
 from evolve.operators.llm import (
     BudgetExhausted,
@@ -36,11 +34,7 @@ from evolve.operators.llm import (
 from evolve.operators.llm_config import LLMConfig
 from evolve.operators.prompting import (
     TEMPLATE_VERSION,
-    HeldoutLeak,
-    build_prompt,
-    estimate_tokens,
 )
-from evolve.operators.replies import extract_program
 
 CONTRACT_KEYS = {"request_hash", "model", "template_version", "prompt_tokens",
                  "completion_tokens", "cost_usd", "latency_s", "status", "reply", "error",
@@ -299,86 +293,6 @@ def test_prompt_too_large_is_a_proposal_error(serve, parents):
     (p,) = LLMOperator(config(server, prompt_token_cap=500)).propose(parents[:1], [], rng(), 1)
     assert p.source is None and "prompt_token_cap is 500" in p.error and p.llm_call is None
     assert server.requests == []
-
-
-# ---- prompts -----------------------------------------------------------------------------
-
-def test_prompt_has_glossary_and_training_errors_only(parents):
-    prompt = build_prompt("mutate", parents[:1], parents[1:], 12000, heldout=HELDOUT_RUNS)
-    system, user = (m["content"] for m in prompt.messages)
-    for e in FEATURES:
-        assert f"| {e.name} | {e.unit} |" in system
-    assert "CONSTANTS" in system and "at most 30" in system
-    for run in TRAIN_RUNS:
-        assert run in user
-    assert "44.0%" in user  # TTFT APE of the worst training run
-    assert parents[0].program.source.strip() in user and LINEAR.split("\n")[0] in user
-    assert "```python" in user
-    text = (system + user).lower()
-    for word in ("validate", "validation", "test run", *HELDOUT_RUNS):
-        assert word not in text
-    assert prompt.tokens <= 12000 and prompt.cuts == {}
-
-
-def test_errors_are_signed_when_pred_and_meas_are_given():
-    p = make_parent()
-    run = TRAIN_RUNS[1]
-    p.train_errors[run].update(pred_e2e_mean=12.1, meas_e2e_mean=10.0,
-                               pred_ttft_mean=0.28, meas_ttft_mean=0.5)
-    user = build_prompt("mutate", [p], [], 12000).messages[1]["content"]
-    assert f"| {run} | +21.0% | -44.0% | 12.0% |" in user
-    assert "sign + = simulated slower" in user
-    plain = build_prompt("mutate", [make_parent()], [], 12000).messages[1]["content"]
-    assert f"| {run} | 21.0% | 44.0% | 12.0% |" in plain and "sign +" not in plain
-
-
-def test_heldout_errors_never_reach_a_prompt(parents):
-    leaky = make_parent()
-    leaky.train_errors[HELDOUT_RUNS[0]] = {"e2e_mean": 0.1, "ttft_mean": 0.2}
-    with pytest.raises(HeldoutLeak, match=HELDOUT_RUNS[0]):
-        build_prompt("mutate", [leaky], [], 12000, heldout=HELDOUT_RUNS)
-    sneaky = make_parent(worst=f"| run |\n|---|\n| {HELDOUT_RUNS[1]} |")
-    with pytest.raises(HeldoutLeak, match=HELDOUT_RUNS[1]):
-        build_prompt("mutate", [sneaky], [], 12000, heldout=HELDOUT_RUNS)
-
-
-def test_prompt_is_cut_to_the_cap(parents):
-    many = [make_parent(LINEAR, loss=0.3 + i / 100) for i in range(3)]
-    full = build_prompt("mutate", parents[:1], many, 100000)
-    assert full.cuts == {}
-    cap = build_prompt("mutate", parents[:1], many[:2], 100000).tokens  # room for 2 of 3
-    cut = build_prompt("mutate", parents[:1], many, cap)
-    assert full.tokens > cap and cut.tokens <= cap and cut.cuts == {"inspirations": 1}
-    bare = build_prompt("mutate", parents[:1], [], 100000)
-    tiny = build_prompt("mutate", parents[:1], many, bare.tokens - 100)
-    assert tiny.tokens <= bare.tokens - 100
-    assert tiny.cuts["inspirations"] == 3 and tiny.cuts["batch_rows"] > 0
-    assert "more rows omitted" in tiny.messages[1]["content"]
-
-
-def test_estimate_tokens_is_not_below_len_over_4():
-    prompt = build_prompt("mutate", [make_parent()], [], 100000)
-    for m in prompt.messages:
-        assert estimate_tokens(m["content"]) >= len(m["content"]) / 4
-
-
-# ---- reply parsing -----------------------------------------------------------------------
-
-def test_last_fenced_step_time_block_wins():
-    reply = ("Draft:\n```python\ndef step_time(f, c):\n    return 1.0\n```\n"
-             "Helper:\n```python\nx = 1\n```\nFinal:\n```python\n" + program_for(3) + "```\n")
-    got = extract_program(reply, None)
-    assert got.error is None and got.source.strip() == program_for(3).strip()
-
-
-def test_diff_not_found_is_an_error():
-    got = extract_program("<<<<<<< SEARCH\nnope\n=======\nyes\n>>>>>>> REPLACE\n", "a = 1\n")
-    assert got.source is None and "not found" in got.error
-
-
-def test_unfenced_program_is_an_error():
-    got = extract_program(program_for(2), None)
-    assert got.source is None and "fenced" in got.error
 
 
 # ---- evolve llm-check --------------------------------------------------------------------
