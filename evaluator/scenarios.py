@@ -66,6 +66,26 @@ def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int
     return cur
 
 
+def _column(rows: list[Any], path: Path, where: str, key: str, kind: type = float,
+            optional: bool = False) -> list[Any]:
+    """``row[key]`` of every row as ``kind`` (None where ``optional`` and absent); a bad row
+    raises naming its index and field (``requests[17].input_tokens``)."""
+    out: list[Any] = []
+    for i, row in enumerate(rows):
+        val = row.get(key) if isinstance(row, dict) else None
+        try:
+            if val is None and optional and isinstance(row, dict):
+                out.append(None)
+            elif isinstance(val, (str, type(None))) or (isinstance(val, bool) and kind is not bool):
+                raise ValueError
+            else:
+                out.append(kind(val))
+        except (TypeError, ValueError):
+            raise DataError(f"{path}: field '{where}[{i}].{key}' missing or invalid "
+                            f"({val!r})") from None
+    return out
+
+
 @dataclass(frozen=True)
 class ModelArch:
     """Transformer shape from a HuggingFace config.json."""
@@ -289,13 +309,10 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
     reqs = _get(doc, req_path, "requests", list)
     if not reqs:
         raise DataError(f"{req_path}: field 'requests' is empty")
-    try:
-        arrival = np.array([r["arrival_time_us"] for r in reqs], dtype=np.float64)
-        inp = np.array([r["input_tokens"] for r in reqs], dtype=np.int64)
-        err = np.array([bool(r["has_error"]) for r in reqs])
-        idx = np.array([r["index"] for r in reqs], dtype=np.int64)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{req_path}: field 'requests[].{exc}' missing or invalid") from None
+    arrival = np.array(_column(reqs, req_path, "requests", "arrival_time_us"), np.float64)
+    inp = np.array(_column(reqs, req_path, "requests", "input_tokens", int), np.int64)
+    err = np.array(_column(reqs, req_path, "requests", "has_error", bool))
+    idx = np.array(_column(reqs, req_path, "requests", "index", int), np.int64)
     if not np.all(np.isfinite(arrival)) or np.any(arrival < 0):
         raise DataError(f"{req_path}: field 'requests[].arrival_time_us' not finite/non-negative")
     if np.any(np.diff(arrival) < 0):
@@ -324,14 +341,20 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
     e2e = np.full(len(gt), np.nan)
     ttft = np.full(len(gt), np.nan)
     pos = {int(i): j for j, i in enumerate(idx)}
-    for row in gt:
-        try:
-            j = pos[int(row["index"])]
-            if not row["has_error"]:
-                e2e[j] = float(row["e2e_s"])
-                ttft[j] = float(row.get("ttft_s", np.nan))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DataError(f"{gt_path}: field '[].{exc}' missing or invalid") from None
+    failed = _column(gt, gt_path, "", "has_error", bool)
+    rows = [pos.get(i, -1) for i in _column(gt, gt_path, "", "index", int)]
+    if -1 in rows:
+        raise DataError(f"{gt_path}: field '[{rows.index(-1)}].index' names no request of "
+                        f"{req_path.name}")
+    e2e_col = _column(gt, gt_path, "", "e2e_s", optional=True)
+    ttft_col = _column(gt, gt_path, "", "ttft_s", optional=True)
+    for i, j in enumerate(rows):
+        if failed[i]:
+            continue
+        if e2e_col[i] is None:
+            raise DataError(f"{gt_path}: field '[{i}].e2e_s' missing on a completed request")
+        e2e[j] = e2e_col[i]
+        ttft[j] = np.nan if ttft_col[i] is None else ttft_col[i]
 
     arch_dir = data / "models" / model_id.split("/")[-1]
     arch = ModelArch.load(arch_dir / "config.json")
