@@ -119,7 +119,8 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
     from evolve.archive.store import Archive
 
     if not exists(args.archive):
-        raise UserError(f"{args.archive}: archive not found (run `evolve run` first, or pass --archive)")
+        raise UserError(f"{args.archive}: archive not found "
+                        "(run `evolve run` first, or pass --archive)")
     with Archive(args.archive, create=False) as ar:
         pid = ar.resolve_id(args.program)
         evals = [e for e in ar.evaluations_of(pid) if e.status == "accepted" and e.constants

@@ -96,7 +96,8 @@ def test_sigkill_then_resume_equals_uninterrupted(config, uninterrupted, tmp_pat
     assert 1 <= killed_at < 4, f"the run was not killed mid-way (at {killed_at})"
     with Archive(path, create=False) as a:
         assert a.run(1).status == "running"
-    resumed = evolve("run", "--resume", "1", "--archive", str(path))
+    # a bare --resume continues the latest run; repeating its stored seed changes nothing
+    resumed = evolve("run", "--archive", str(path), "--seed", "2", "--resume")
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
     assert "(resumed)" in out and "finished after generation 4" in out

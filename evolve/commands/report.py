@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from evolve.report import Options, Written, watch, write_report
 
     if not Path(args.archive).exists():
-        raise UserError(f"{args.archive}: archive not found (run `evolve run` first, or pass --archive)")
+        raise UserError(f"{args.archive}: archive not found "
+                        "(run `evolve run` first, or pass --archive)")
     if args.interval <= 0:
         raise UserError("--interval must be positive")
     opts = Options(cassette=args.cassette, validate_dir=args.validate_dir)

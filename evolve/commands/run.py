@@ -30,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", metavar="DIR", help="data directory")
     parser.add_argument("--archive", metavar="F",
                         help="archive file or SQLAlchemy URL (default archive.db)")
-    parser.add_argument("--resume", type=int, metavar="RUN_ID",
-                        help="continue a run from its last complete generation")
+    parser.add_argument("--resume", type=int, nargs="?", const=0, metavar="RUN_ID",
+                        help="continue a run from its last complete generation (without "
+                        "RUN_ID: the archive's latest run)")
     parser.add_argument("--head-seconds", type=float, metavar="S",
                         help="cut every measured run to its first S seconds (quick demos)")
     parser.add_argument("--workers", type=int, metavar="N",
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
     over = _overrides(args)
     if args.break_lock and args.resume is None:
-        raise UserError("--break-lock needs --resume RUN_ID")
+        raise UserError("--break-lock needs --resume [RUN_ID]")
     if args.resume is None:
         cfg = load_config(args.config)
         apply_dict(cfg, over, "command line")
@@ -134,13 +135,17 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         raise UserError("--config cannot be combined with --resume (the run's stored "
                         "configuration is used)")
-    for section, values in over.items():
-        bad = sorted(set(values) - RESUMABLE.get(section, set()))
-        if bad:
-            raise UserError(f"--resume: cannot change {section}.{bad[0]} of a stored run")
     path = over.get("run", {}).get("archive") or "archive.db"
     with Archive(str(path), create=False) as archive:
+        if args.resume == 0:  # bare --resume: the latest run
+            args.resume = archive.latest_run_id()
         stored = archive.run(args.resume).config
+    for section, values in over.items():
+        # the original command line with --resume added repeats stored values: fine
+        bad = sorted(k for k, v in values.items() if k not in RESUMABLE.get(section, set())
+                     and stored.get(section, {}).get(k) != v)
+        if bad:
+            raise UserError(f"--resume: cannot change {section}.{bad[0]} of a stored run")
     cfg = Config.from_dict(stored, f"{path} run {args.resume}")
     cfg.run.archive = str(path)
     apply_dict(cfg, over, "command line")
