@@ -43,10 +43,13 @@ Simplifications (each measured or argued to be small here):
   the requests that completed grows with how long they had waited, 31.3 ms for those
   admitted in the first 50 s, 35.7 ms at 150-200 s, 40.5 ms from 450 s on (mean TTFT
   2 s, 50 s, 179-240 s), while any batch-only model holds it flat. vLLM's scheduler does
-  nothing per waiting request once ``max_num_seqs`` run (it stops at the first check),
-  and the engine's own timing of the model call (``steps/predictions.csv``, 30-35 ms
-  median over the end of that run against 0.7 ms on Mixtral ``general``) says the time is
-  spent server side, not in the load generator. The cause is open; no term for it here.
+  nothing per waiting request once ``max_num_seqs`` run (it stops at the first check).
+  The engine's timing of its scheduling call (``step.duration_us``, ``steps/``) is 30-35 ms
+  (median) over the end of that run, against 0.7 ms on Mixtral ``general``; on the three
+  runs with step timestamps it never exceeds the step period (0 of 1,967 consecutive
+  pairs) and grows to a quarter to a half of it at full batches (the call waits on the
+  GPU). So those steps last at least 30-35 ms where the simulation's last 30-31.6 ms: the
+  time is spent server side, not in the load generator. The cause is open; no term for it here.
   ``evolve validate`` prints the decode interval by admission time of every run that
   queues (``admission_drift`` in ``--json``), measured against simulated.
 * Output length is the load profile's ``output_len`` for every request (``ignore_eos``;
