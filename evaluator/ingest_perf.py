@@ -62,6 +62,14 @@ def _yaml(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _positive(obj: dict[str, Any], key: str, where: str) -> int:
+    """A server limit the source records: a positive integer, or a one-line error."""
+    val = obj[key]
+    if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
+        raise DataError(f"{where}: must be a positive integer, got {val!r}")
+    return val
+
+
 def _first(d: Path, *names: str) -> Path | None:
     return next((d / n for n in names if (d / n).is_file()), None)
 
@@ -214,15 +222,16 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
         raise DataError(f"--model: required (a config.json for {mid})")
     config, cfg_path = read_model_config(model)
     hw, hw_path = read_hardware(hardware)
-    where = f"{vllm_path}: field"
-    known = {k: (int(vllm[key]), f"{where} '{key}'") for k, keys in _VLLM_KEYS.items()
-             for key in keys if isinstance(vllm.get(key), int)}
+    known = {k: (_positive(vllm, key, f"{vllm_path}: field '{key}'"),
+                 f"{vllm_path}: field '{key}'")
+             for k, keys in _VLLM_KEYS.items() for key in keys if key in vllm}
     cfg = raw["config"]
     for k, key in (("kv_blocks", "kv_blocks_total_gpu"), ("tp", "tensor_parallelism"),
                    ("max_num_seqs", "max_num_seqs"), ("block_size", "block_size"),
                    ("max_batched_tokens", "max_num_batched_tokens")):
-        if isinstance(cfg.get(key), int) and cfg[key] > 0 and k not in known:
-            known[k] = (int(cfg[key]), f"{d / 'requests.json'}: field 'config.{key}'")
+        where = f"{d / 'requests.json'}: field 'config.{key}'"
+        if key in cfg and k not in known:
+            known[k] = (_positive(cfg, key, where), where)
     if "kv_blocks" not in known and flags.kv_blocks is None:
         blocks = _kv_blocks(d, flags.block_size)
         if blocks:
@@ -247,9 +256,10 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
         notes.append(f"prefix groups inferred round robin over {n_groups} system prompts of "
                      f"{sys_len} tokens (inference-perf does not record them)")
     st = _dig(prof, "load", "stages")
-    prof_stages = tuple(Stage(float(s.get("rate", 0)), float(s.get("duration", 0)))
-                        for s in st) if isinstance(st, list) and st else None
-    if prof_stages is not None and any(s.duration_s <= 0 or s.rate < 0 for s in prof_stages):
+    prof_stages = tuple(Stage(_num(s, f"{prof_path}: load.stages[{i}]", "rate"),
+                              _num(s, f"{prof_path}: load.stages[{i}]", "duration"))
+                        for i, s in enumerate(st)) if isinstance(st, list) and st else None
+    if prof_stages is not None and any(s.duration_s <= 0 for s in prof_stages):
         raise DataError(f"{prof_path}: field 'load.stages': rate >= 0 and duration > 0 needed")
     timeout = _dig(prof, "load", "request_timeout")
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):

@@ -198,6 +198,29 @@ def test_inference_perf_bad_record(tmp_path, capsys):
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize(("file", "edit", "needle"), [
+    ("exp-config.yaml", lambda d: d.__setitem__("max_num_seqs", "many"),
+     "field 'max_num_seqs': must be a positive integer, got 'many'"),
+    ("exp-config.yaml", lambda d: d.__setitem__("tensor_parallelism", 0),
+     "field 'tensor_parallelism': must be a positive integer, got 0"),
+    ("profile.yaml", lambda d: d["load"]["stages"][0].__setitem__("rate", "fast"),
+     "load.stages[0], field 'rate': missing or not a finite number"),
+    ("profile.yaml", lambda d: d["load"]["stages"][0].pop("duration"),
+     "load.stages[0], field 'duration': missing"),
+])
+def test_inference_perf_bad_settings_name_file_and_field(tmp_path, capsys, file, edit, needle):
+    """Settings the run records are used, so a bad one is an error, never skipped."""
+    d = _perf_dir(tmp_path)
+    doc = yaml.safe_load((d / file).read_text())
+    edit(doc)
+    (d / file).write_text(yaml.safe_dump(doc))
+    code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), "--hardware", "H100"])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and str(d / file) in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "data").exists()
+
+
 def test_export_trace_of_a_slice_keeps_statuses(tmp_path, capsys):
     h, _ = write(tmp_path / "t")
     code, out = ingest(tmp_path, h, "--name", "mine")
