@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
@@ -109,6 +110,8 @@ class LLMConfig:
         if self.prompt_profile not in _PROFILES:
             out.append(f"prompt_profile must be one of {_PROFILES}, not "
                        f"{self.prompt_profile!r}")
+        if self.model != "local" and not re.match(r"https?://[^/\s]+", self.base_url):
+            out.append(f"base_url must be an http:// or https:// URL, not {self.base_url!r}")
         if self.context_tokens is not None and self.context_tokens < 1:
             out.append("context_tokens must be >= 1 (or unset)")
         if self.cassette_mode != "off" and not self.cassette:

@@ -337,7 +337,10 @@ def test_config_checks_and_normalises():
                        ({"cassette_mode": "replay"}, "needs a cassette path"),
                        ({"prices": {"m": [1.0]}}, r"prices\['m'\]"),
                        ({"concurrency": 0}, "concurrency"),
+                       ({"base_url": "htp:/nope"}, "base_url must be an http"),
+                       ({"base_url": ""}, "base_url must be an http"),
                        ({"modle": "x"}, "unknown key")):
         with pytest.raises(ValueError, match=match):
             LLMConfig.from_dict(bad)
     assert LLMConfig(api_key_env="EVOLVE_TEST_NO_SUCH_KEY").api_key() == "EMPTY"
+    assert LLMConfig(model="local", base_url="").model == "local"  # its server sets the URL
