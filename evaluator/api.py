@@ -22,7 +22,14 @@ import numpy as np
 from evaluator.baselines import baseline_models
 from evaluator.corpus import Corpus, FitSet, build_fit_set
 from evaluator.experiment import ExperimentSpec, experiment_dirs, load_scenarios, write_experiment
-from evaluator.glossary import FEATURE_INDEX, FEATURE_NAMES, FEATURES, N_FEATURES, PEAK_FLOPS
+from evaluator.glossary import (
+    FEATURE_INDEX,
+    FEATURE_NAMES,
+    FEATURES,
+    N_FEATURES,
+    PEAK_FLOPS,
+    STAT_INDEX,
+)
 from evaluator.ingest import ServerFlags, parse_stages
 from evaluator.ingest_perf import from_inference_perf
 from evaluator.ingest_trace import from_tracev2
@@ -43,6 +50,7 @@ __all__ = [
     "N_FEATURES",
     "PEAK_FLOPS",
     "SENSITIVITY_DELTA",
+    "STAT_INDEX",
     "ConstMap",
     "Corpus",
     "DataError",

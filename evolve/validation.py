@@ -23,6 +23,7 @@ import numpy as np
 
 from evaluator.api import (
     SENSITIVITY_DELTA,
+    STAT_INDEX,
     ConstMap,
     Evaluator,
     RunMetrics,
@@ -49,6 +50,35 @@ class Validation:
     context_price: dict[str, float | None] = field(default_factory=dict)  # x the kernel
     # run -> relative change of mean E2E with every step time at 1 -/+ SENSITIVITY_DELTA
     sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
+    # run -> its batches over its model's validated training runs' (None: none validated)
+    envelope: dict[str, dict[str, float] | None] = field(default_factory=dict)
+
+
+ENVELOPE_Q = 99.0  # percentile of a run's steps that stands for its batches
+BEYOND = 1.25  # a run this many times past its model's training runs: extrapolation
+
+
+def envelope(ev: Evaluator, corpora: Mapping[str, Any]) -> dict[str, dict[str, float] | None]:
+    """How far each run's simulated batches reach past its model's training runs.
+
+    Why: a prediction inside the measured envelope is an interpolation; one past it (the
+    reasoning runs' contexts, a user's larger load) rests on the program's form alone, and a
+    capacity planner should know which it is getting. Per run, the 99th percentile over its
+    steps of the batch size (requests) and of the longest context (``kv_max``), divided by
+    the largest of the same over its model's training runs."""
+    rows = {"batch": (STAT_INDEX["n_prefill"], STAT_INDEX["n_decode"]),
+            "context": (STAT_INDEX["kv_max"],)}
+    reach = {n: {k: float(np.percentile(c.stats[list(r)].sum(axis=0), ENVELOPE_Q))
+                 if c.stats.shape[1] else 0.0 for k, r in rows.items()}
+             for n, c in corpora.items()}
+    out: dict[str, dict[str, float] | None] = {}
+    for name in corpora:
+        model = ev.by_name[name].model
+        train = [reach[n] for n in corpora if ev.by_name[n].model == model
+                 and ev.by_name[n].split == "train"]
+        out[name] = {k: reach[name][k] / max(max(t[k] for t in train), 1.0)
+                     for k in rows} if train else None
+    return out
 
 
 def decode_drift(measured: tuple[np.ndarray, ...], simulated: tuple[np.ndarray, ...],
@@ -103,7 +133,8 @@ def validate(ev: Evaluator, model: StepModel, consts: ConstMap,
         v = context_price(model, np.asarray(consts[first[short]], np.float64), probe)
         price[short] = v if np.isfinite(v) else None  # None: no long-context pairs
     moved = e2e_response(ev.simulate, model, consts, sims)
-    return Validation({n: r.metrics for n, r in sims.items()}, lat, drift, price, moved)
+    return Validation({n: r.metrics for n, r in sims.items()}, lat, drift, price, moved,
+                      envelope(ev, {n: r.corpus for n, r in sims.items()}))
 
 
 KNEE = 2.0  # at a knee: mean E2E moves more than this many times the step-time change
@@ -119,6 +150,22 @@ def sensitivity_lines(val: Validation) -> list[str]:
                       f"{100 * v['plus']:+.1f} %" for n, v in knee) or "none"
     return [f"runs at a knee (mean E2E moves over {KNEE:g}x as much as every step time, "
             f"{SENSITIVITY_DELTA:.0%} shorter/longer): {cells}"]
+
+
+def envelope_lines(val: Validation) -> list[str]:
+    """One line: the runs whose batches reach past their model's training runs."""
+    if not val.envelope:
+        return []
+    cells = []
+    for n, v in val.envelope.items():
+        short = n[16:] if n[:8].isdigit() else n
+        if v is None:
+            cells.append(f"{short} (no training run of its model validated)")
+        elif max(v.values()) > BEYOND:
+            cells.append(f"{short} (batch x{v['batch']:.1f}, context x{v['context']:.1f})")
+    return [f"beyond the training runs (99th-percentile batch or longest context over "
+            f"{BEYOND:g}x its model's training runs': an extrapolation): "
+            f"{', '.join(cells) or 'none'}"]
 
 
 def context_lines(val: Validation) -> list[str]:

@@ -67,6 +67,8 @@ def test_validate_reports_the_drift_of_the_overloaded_validate_run(capsys, data_
     assert all(v["minus"] < 0.0 < v["plus"] for v in sens.values())
     assert sens[MIXTRAL_REASONING]["plus"] > 2 * 0.03
     assert all(abs(v["plus"]) < 2 * 0.03 for n, v in sens.items() if n != MIXTRAL_REASONING)
+    # no training run validated here, so no envelope to measure the runs against
+    assert out["envelope"] == {n: None for n in out["runs"]}
 
 
 def test_an_overloaded_run_answers_with_failures_not_mean_e2e(capsys, data_path):
@@ -95,6 +97,39 @@ def test_sensitivity_line_names_only_the_runs_at_a_knee():
     calm = Validation({}, {}, sensitivity={"a": {"minus": -0.03, "plus": 0.03}})
     assert sensitivity_lines(calm)[0].endswith(": none")
     assert sensitivity_lines(Validation({}, {})) == []
+
+
+def test_envelope_is_the_reach_past_the_models_training_runs():
+    """Batch size and longest context at the 99th percentile of a run's steps, over the
+    largest of its model's training runs; a model without one gets None."""
+    from types import SimpleNamespace
+
+    from evaluator.api import STAT_INDEX
+    from evolve.validation import Validation, envelope, envelope_lines
+
+    def corpus(n_decode: float, kv_max: float, steps: int = 200):
+        stats = np.zeros((len(STAT_INDEX), steps))
+        stats[STAT_INDEX["n_decode"]] = n_decode
+        stats[STAT_INDEX["n_prefill"], ::2] = 1.0  # a prefill every other step
+        stats[STAT_INDEX["kv_max"]] = np.linspace(0.0, kv_max, steps)
+        return SimpleNamespace(stats=stats)
+
+    runs = {"a-train": ("m", "train", corpus(63, 800)), "b-train": ("m", "train",
+                                                                   corpus(31, 1000)),
+            "c-long": ("m", "test", corpus(127, 2500)), "d-other": ("x", "validate",
+                                                                    corpus(10, 100))}
+    ev = SimpleNamespace(by_name={n: SimpleNamespace(model=m, split=s)
+                                  for n, (m, s, _c) in runs.items()})
+    env = envelope(ev, {n: c for n, (_m, _s, c) in runs.items()})
+    assert env["a-train"]["batch"] == pytest.approx(1.0)
+    assert env["b-train"]["context"] == pytest.approx(1.0)
+    assert env["c-long"]["batch"] == pytest.approx(2.0)
+    assert env["c-long"]["context"] == pytest.approx(2.5, rel=0.01)
+    assert env["d-other"] is None
+    (line,) = envelope_lines(Validation({}, {}, envelope=env))
+    assert "c-long (batch x2.0, context x2.5)" in line
+    assert "d-other (no training run of its model validated)" in line
+    assert "a-train" not in line and "b-train" not in line
 
 
 def test_validate_writes_the_three_plots(tmp_path, data_path, capsys):

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.validation import (
         context_lines,
         drift_lines,
+        envelope_lines,
         plot,
         sensitivity_lines,
         summary_lines,
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         out = {n: m.to_dict() for n, m in val.metrics.items()}
         json.dump({"program": program.id, "scope": scope, "runs": out,
                    "admission_drift": val.drift, "context_price": val.context_price,
-                   "sensitivity": val.sensitivity},
+                   "sensitivity": val.sensitivity, "envelope": val.envelope},
                   sys.stdout, indent=1, sort_keys=True)
         print()
     else:
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
               "closed loop; times in s; decode interval = (E2E - TTFT) / (output tokens - 1)")
         print(table(table_headers(), table_rows(val.metrics), right=range(2, 24)))
         for line in [*summary_lines(val.metrics), *drift_lines(val), *context_lines(val),
-                     *sensitivity_lines(val)]:
+                     *sensitivity_lines(val), *envelope_lines(val)]:
             print(line)
     if not args.no_plots:
         for p in plot(val, Path(args.out), label):
