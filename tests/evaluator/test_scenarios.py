@@ -44,19 +44,26 @@ def _copy_run(data_path, tmp_path):
     return root, dst
 
 
-@pytest.mark.parametrize(("mutate", "needle"), [
-    (lambda d: d["config"].pop("max_num_seqs"), "config.max_num_seqs"),
-    (lambda d: d.__setitem__("split", "bogus"), "split"),
-    (lambda d: d["requests"][3].pop("arrival_time_us"), "requests[3].arrival_time_us"),
-    (lambda d: d["requests"][17].__setitem__("input_tokens", "591"),
+REQ, GT = "requests.json", "ground_truth.json"
+
+
+@pytest.mark.parametrize(("file", "mutate", "needle"), [
+    (REQ, lambda d: d["config"].pop("max_num_seqs"), "config.max_num_seqs"),
+    (REQ, lambda d: d.__setitem__("split", "bogus"), "split"),
+    (REQ, lambda d: d["requests"][3].pop("arrival_time_us"), "requests[3].arrival_time_us"),
+    (REQ, lambda d: d["requests"][17].__setitem__("input_tokens", "591"),
      "requests[17].input_tokens' missing or invalid ('591')"),
-    (lambda d: d["requests"][2].__setitem__("has_error", None), "requests[2].has_error"),
-    (lambda d: d["config"].__setitem__("block_size", "16"), "config.block_size"),
-    (lambda d: d["requests"][5].__setitem__("arrival_time_us", -5), "arrival_time_us"),
+    (REQ, lambda d: d["requests"][2].__setitem__("has_error", None), "requests[2].has_error"),
+    (REQ, lambda d: d["config"].__setitem__("block_size", "16"), "config.block_size"),
+    (REQ, lambda d: d["requests"][5].__setitem__("arrival_time_us", -5), "arrival_time_us"),
+    (GT, lambda rows: rows[3].__setitem__("e2e_s", "x"), "'[3].e2e_s' missing or invalid ('x')"),
+    (GT, lambda rows: rows[5].pop("e2e_s"), "'[5].e2e_s' missing on a completed request"),
+    (GT, lambda rows: rows[4].__setitem__("index", 10**9), "'[4].index' names no request"),
+    (GT, lambda rows: rows[6].pop("has_error"), "'[6].has_error' missing or invalid"),
 ])
-def test_bad_requests_json_names_file_and_field(data_path, tmp_path, mutate, needle):
+def test_bad_run_file_names_file_row_and_field(data_path, tmp_path, file, mutate, needle):
     root, run = _copy_run(data_path, tmp_path)
-    path = run / "requests.json"
+    path = run / file
     doc = json.loads(path.read_text())
     mutate(doc)
     path.chmod(0o644)
@@ -64,26 +71,7 @@ def test_bad_requests_json_names_file_and_field(data_path, tmp_path, mutate, nee
     with pytest.raises(DataError) as err:
         load_scenarios(root)
     msg = str(err.value)
-    assert "requests.json" in msg and needle in msg and "\n" not in msg
-
-
-@pytest.mark.parametrize(("mutate", "needle"), [
-    (lambda rows: rows[3].__setitem__("e2e_s", "x"), "'[3].e2e_s' missing or invalid ('x')"),
-    (lambda rows: rows[5].pop("e2e_s"), "'[5].e2e_s' missing on a completed request"),
-    (lambda rows: rows[4].__setitem__("index", 10**9), "'[4].index' names no request"),
-    (lambda rows: rows[6].pop("has_error"), "'[6].has_error' missing or invalid"),
-])
-def test_bad_ground_truth_names_row_and_field(data_path, tmp_path, mutate, needle):
-    root, run = _copy_run(data_path, tmp_path)
-    path = run / "ground_truth.json"
-    rows = json.loads(path.read_text())
-    mutate(rows)
-    path.chmod(0o644)
-    path.write_text(json.dumps(rows))
-    with pytest.raises(DataError) as err:
-        load_scenarios(root)
-    msg = str(err.value)
-    assert "ground_truth.json" in msg and needle in msg and "\n" not in msg
+    assert file in msg and needle in msg and "\n" not in msg
 
 
 def test_corrupt_json_and_missing_dir(data_path, tmp_path):
