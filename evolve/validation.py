@@ -71,14 +71,14 @@ def envelope(ev: Evaluator, corpora: Mapping[str, Any]) -> dict[str, dict[str, f
     reach = {n: {k: float(np.percentile(c.stats[list(r)].sum(axis=0), ENVELOPE_Q))
                  if c.stats.shape[1] else 0.0 for k, r in rows.items()}
              for n, c in corpora.items()}
-    out: dict[str, dict[str, float] | None] = {}
-    for name in corpora:
-        model = ev.by_name[name].model
-        train = [reach[n] for n in corpora if ev.by_name[n].model == model
-                 and ev.by_name[n].split == "train"]
-        out[name] = {k: reach[name][k] / max(max(t[k] for t in train), 1.0)
-                     for k in rows} if train else None
-    return out
+    limit: dict[str, dict[str, float]] = {}  # model -> the most its training runs reach
+    for n, r in reach.items():
+        if ev.by_name[n].split == "train":
+            top = limit.setdefault(ev.by_name[n].model, dict.fromkeys(rows, 1.0))
+            for k in rows:
+                top[k] = max(top[k], r[k])
+    return {n: {k: r[k] / lim[k] for k in rows}
+            if (lim := limit.get(ev.by_name[n].model)) else None for n, r in reach.items()}
 
 
 def decode_drift(measured: tuple[np.ndarray, ...], simulated: tuple[np.ndarray, ...],
