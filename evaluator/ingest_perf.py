@@ -39,7 +39,8 @@ from evaluator.ingest import (
     safe_name,
     timeout_notes,
 )
-from evaluator.scenarios import DataError, Stage, _read_json, _summary
+from evaluator.run_files import DataError, _read_json, read_request_rows
+from evaluator.scenarios import Stage, _summary
 
 _VLLM_KEYS = {"tp": ("tensor_parallelism", "tensor_parallel_size", "tensor-parallel-size"),
               "max_num_seqs": ("max_num_seqs", "max-num-seqs"),
@@ -139,37 +140,14 @@ def _lifecycle(path: Path) -> dict[str, Any]:
 
 
 def _bundled(d: Path) -> dict[str, Any]:
-    """Per-request arrays from the bundled runs' ``requests.json`` + ``ground_truth.json``."""
-    req_path, gt_path = d / "requests.json", d / "ground_truth.json"
-    doc, gt = _read_json(req_path), _read_json(gt_path)
-    reqs = doc.get("requests") if isinstance(doc, dict) else None
-    if not isinstance(reqs, list) or not reqs or not isinstance(gt, list):
-        raise DataError(f"{req_path}: field 'requests' missing or empty")
-    n = len(reqs)
-    arrival, inp, idx = np.empty(n), np.zeros(n, dtype=np.int64), {}
-    failed = np.zeros(n, dtype=bool)
-    for i, r in enumerate(reqs):
-        where = f"{req_path}: requests[{i}]"
-        arrival[i] = _num(r, where, "arrival_time_us")
-        inp[i] = int(_num(r, where, "input_tokens"))
-        failed[i] = bool(r.get("has_error"))
-        idx[r.get("index", i)] = i
-    e2e, ttft = np.full(n, np.nan), np.full(n, np.nan)
-    if len(gt) != n:
-        raise DataError(f"{gt_path}: {len(gt)} rows for {n} requests")
-    for k, row in enumerate(gt):
-        where = f"{gt_path}: row {k + 1}"
-        j = idx.get(row.get("index") if isinstance(row, dict) else None)
-        if j is None:
-            raise DataError(f"{where}, field 'index': no such request")
-        if not failed[j]:
-            e2e[j] = _num(row, where, "e2e_s")
-            if row.get("ttft_s") is not None:
-                ttft[j] = _num(row, where, "ttft_s")
-    return {"arrival_us": arrival - arrival.min(), "input": inp,
-            "output": np.array([int(r.get("output_tokens") or 0) for r in reqs]),
-            "status": ["error" if f else "ok" for f in failed], "e2e": e2e, "ttft": ttft,
-            "config": doc.get("config") or {}, "split": doc.get("split"),
+    """Per-request arrays from the bundled runs' ``requests.json`` + ``ground_truth.json``,
+    read (and every row checked) as the scenario loader reads them."""
+    rows = read_request_rows(d)
+    doc = rows.doc
+    return {"arrival_us": rows.arrival_us - rows.arrival_us.min(), "input": rows.input_tokens,
+            "output": rows.output_tokens,
+            "status": ["error" if f else "ok" for f in rows.failed], "e2e": rows.e2e_s,
+            "ttft": rows.ttft_s, "config": doc.get("config") or {}, "split": doc.get("split"),
             "profile": doc.get("profile"), "model_id": doc.get("model_id"),
             "model_short": doc.get("model_short")}
 

@@ -14,7 +14,6 @@ length, prefix groups are inferred (trap 5, 8), the bf16 peak is halved to the d
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -24,14 +23,11 @@ from typing import Any
 import numpy as np
 
 from evaluator.components import ARCH_FIELDS
+from evaluator.run_files import DataError, _get, _read_json, read_request_rows
 
 DEFAULT_DATA = Path("../shared/data")
 CLIENT_TIMEOUT_S = 300.0
 MAX_MODEL_LEN = 4096
-
-
-class DataError(ValueError):
-    """A data file is missing or malformed; the message names the file and the field."""
 
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -41,49 +37,6 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
         raise DataError(f"{path}: data directory not found (no experiments/ inside); "
                         "pass --data DIR or set EVOLVE_DATA")
     return path
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from None
-
-
-def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int, float)) -> Any:
-    cur = obj
-    for part in dotted.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            raise DataError(f"{path}: missing field '{dotted}'")
-        cur = cur[part]
-    if not isinstance(cur, kind) or (isinstance(cur, bool) and kind is not bool):
-        raise DataError(f"{path}: field '{dotted}' has wrong type {type(cur).__name__}")
-    if isinstance(cur, (int, float)) and not isinstance(cur, bool) and not np.isfinite(cur):
-        raise DataError(f"{path}: field '{dotted}' is not finite")
-    return cur
-
-
-def _column(rows: list[Any], path: Path, where: str, key: str, kind: type = float,
-            optional: bool = False) -> list[Any]:
-    """``row[key]`` of every row as ``kind`` (None where ``optional`` and absent); a bad row
-    raises naming its index and field (``requests[17].input_tokens``)."""
-    out: list[Any] = []
-    for i, row in enumerate(rows):
-        val = row.get(key) if isinstance(row, dict) else None
-        try:
-            if val is None and optional and isinstance(row, dict):
-                out.append(None)
-            elif isinstance(val, (str, type(None))) or (isinstance(val, bool) and kind is not bool):
-                raise ValueError
-            else:
-                out.append(kind(val))
-        except (TypeError, ValueError):
-            raise DataError(f"{path}: field '{where}[{i}].{key}' missing or invalid "
-                            f"({val!r})") from None
-    return out
 
 
 @dataclass(frozen=True)
@@ -294,7 +247,8 @@ def _summary(path: Path) -> dict[str, float]:
 def load_scenario(exp_dir: Path, data: Path) -> Scenario:
     """Load and validate one experiment directory."""
     req_path = exp_dir / "requests.json"
-    doc = _read_json(req_path)
+    rows = read_request_rows(exp_dir)
+    doc = rows.doc
     cfg = lambda k: int(_get(doc, req_path, f"config.{k}", int))  # noqa: E731
     server = Server(tp=cfg("tensor_parallelism"), max_num_seqs=cfg("max_num_seqs"),
                     max_batched_tokens=cfg("max_num_batched_tokens"),
@@ -306,19 +260,9 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
     split = str(_get(doc, req_path, "split", str))
     if split not in ("train", "validate", "test"):
         raise DataError(f"{req_path}: field 'split' must be train/validate/test, got {split!r}")
-    reqs = _get(doc, req_path, "requests", list)
-    if not reqs:
-        raise DataError(f"{req_path}: field 'requests' is empty")
-    arrival = np.array(_column(reqs, req_path, "requests", "arrival_time_us"), np.float64)
-    inp = np.array(_column(reqs, req_path, "requests", "input_tokens", int), np.int64)
-    err = np.array(_column(reqs, req_path, "requests", "has_error", bool))
-    idx = np.array(_column(reqs, req_path, "requests", "index", int), np.int64)
-    if not np.all(np.isfinite(arrival)) or np.any(arrival < 0):
-        raise DataError(f"{req_path}: field 'requests[].arrival_time_us' not finite/non-negative")
+    arrival, inp = rows.arrival_us, rows.input_tokens
     if np.any(np.diff(arrival) < 0):
         raise DataError(f"{req_path}: field 'requests[].arrival_time_us' not sorted")
-    if np.any(inp < 0):
-        raise DataError(f"{req_path}: field 'requests[].input_tokens' negative")
 
     prof_path = exp_dir / "profile.yaml"
     prof = _read_json(prof_path)  # one line of JSON, as the data README says
@@ -329,38 +273,16 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
     stages = tuple(Stage(float(_get(s, prof_path, "rate")), float(_get(s, prof_path, "duration")))
                    for s in _get(prof, prof_path, "load.stages", list))
 
-    ok_inp = inp[(~err) & (inp > 0)]
+    ok_inp = inp[(~rows.failed) & (inp > 0)]
     fill = int(np.median(ok_inp)) if ok_inp.size else sys_len + int(sp.get("question_len", 0))
     inp = np.where(inp > 0, inp, fill)
     inp = np.minimum(inp, server.max_model_len - out_len)
-
-    gt_path = exp_dir / "ground_truth.json"
-    gt = _get({"gt": _read_json(gt_path)}, gt_path, "gt", list)
-    if len(gt) != len(reqs):
-        raise DataError(f"{gt_path}: field 'length' {len(gt)} != {len(reqs)} requests")
-    e2e = np.full(len(gt), np.nan)
-    ttft = np.full(len(gt), np.nan)
-    pos = {int(i): j for j, i in enumerate(idx)}
-    failed = _column(gt, gt_path, "", "has_error", bool)
-    rows = [pos.get(i, -1) for i in _column(gt, gt_path, "", "index", int)]
-    if -1 in rows:
-        raise DataError(f"{gt_path}: field '[{rows.index(-1)}].index' names no request of "
-                        f"{req_path.name}")
-    e2e_col = _column(gt, gt_path, "", "e2e_s", optional=True)
-    ttft_col = _column(gt, gt_path, "", "ttft_s", optional=True)
-    for i, j in enumerate(rows):
-        if failed[i]:
-            continue
-        if e2e_col[i] is None:
-            raise DataError(f"{gt_path}: field '[{i}].e2e_s' missing on a completed request")
-        e2e[j] = e2e_col[i]
-        ttft[j] = np.nan if ttft_col[i] is None else ttft_col[i]
 
     arch_dir = data / "models" / model_id.split("/")[-1]
     arch = ModelArch.load(arch_dir / "config.json")
     hw = Hardware.load(data / "hardware" / "h100-sxm.json")
     summary = _summary(exp_dir / "results" / "summary_lifecycle_metrics.json")
-    n = len(reqs)
+    n = len(inp)
     return Scenario(
         name=exp_dir.name, model=str(doc.get("model_short") or arch.name),
         workload=str(doc.get("profile") or "unknown"), split=split, arch=arch, hardware=hw,
@@ -368,7 +290,8 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
         arrival_us=arrival - arrival[0], input_tokens=inp,
         output_tokens=np.full(n, out_len, dtype=np.int64),
         prefix_group=np.arange(n, dtype=np.int64) % n_groups,
-        measured=Measured(e2e_s=e2e, ttft_s=ttft, failed=err, summary=summary),
+        measured=Measured(e2e_s=rows.e2e_s, ttft_s=rows.ttft_s, failed=rows.failed,
+                          summary=summary),
         meta={"model_id": model_id, "path": str(exp_dir)})
 
 

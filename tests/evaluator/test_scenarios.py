@@ -57,6 +57,7 @@ REQ, GT = "requests.json", "ground_truth.json"
     (REQ, lambda d: d["config"].__setitem__("block_size", "16"), "config.block_size"),
     (REQ, lambda d: d["requests"][5].__setitem__("arrival_time_us", -5), "arrival_time_us"),
     (GT, lambda rows: rows[3].__setitem__("e2e_s", "x"), "'[3].e2e_s' missing or invalid ('x')"),
+    (GT, lambda rows: rows[2].__setitem__("e2e_s", -1.5), "'[2].e2e_s' missing or invalid (-1.5)"),
     (GT, lambda rows: rows[5].pop("e2e_s"), "'[5].e2e_s' missing on a completed request"),
     (GT, lambda rows: rows[4].__setitem__("index", 10**9), "'[4].index' names no request"),
     (GT, lambda rows: rows[6].pop("has_error"), "'[6].has_error' missing or invalid"),

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +85,23 @@ def test_bundled_directory_as_inference_perf_source(data_path, tmp_path):
         ref.server, ref.stages, ref.split, ref.model, ref.workload)
     assert mine.measured.summary == ref.measured.summary
     np.testing.assert_array_equal(mine.arch_vector, ref.arch_vector)
+
+
+def test_bundled_directory_with_a_bad_row_is_refused_as_the_loader_refuses_it(
+        data_path, tmp_path, capsys):
+    src = tmp_path / "run"
+    shutil.copytree(data_path / "experiments" / CODEGEN, src)
+    path = src / "requests.json"
+    doc = json.loads(path.read_text())
+    doc["requests"][17]["input_tokens"] = "591"
+    path.chmod(0o644)
+    path.write_text(json.dumps(doc))
+    code = main(["ingest", str(src), "--out", str(tmp_path / "data"),
+                 "--model", str(data_path / "models" / "Llama-2-7b-hf"), "--hardware", "H100"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err, err
+    assert f"{path}: field 'requests[17].input_tokens' missing or invalid ('591')" in err
+    assert not (tmp_path / "data" / "experiments").exists()
 
 
 def test_export_trace_then_ingest_keeps_failures(data_path, tmp_path, capsys):
