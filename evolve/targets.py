@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -56,26 +55,42 @@ def parse_stored(source: str, program_id: str, where: str) -> Program:
 
 
 def output_file(path: str | Path, flag: str) -> Path:
-    """Check, before any work, that a file can be written at ``path``."""
+    """Check, before any work, that a file can be written at ``path``.
+
+    Why it opens the file rather than asking ``os.access``: for root, ``access`` says yes
+    to paths no one can write (``/proc``, a read-only mount), and the user would learn of
+    it after the work, from a traceback. A file the probe created is removed again.
+    """
     out = Path(path)
     if out.is_dir():
         raise UserError(f"{flag} {out}: is a directory")
     if not out.parent.is_dir():
         raise UserError(f"{flag} {out}: directory {out.parent} does not exist")
-    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise UserError(f"{flag} {out}: not writable")
+    existed = out.exists()
+    try:
+        with open(out, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UserError(f"{flag} {out}: not writable ({exc.strerror})") from None
+    if not existed:
+        out.unlink()
     return out
 
 
 def output_dir(path: str | Path, flag: str) -> Path:
-    """Create (if needed) and check, before any work, a directory to write files into."""
+    """Create (if needed) and check, before any work, a directory to write files into
+    (by writing a temporary file there: see ``output_file``)."""
+    import tempfile
+
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except FileExistsError:
+        raise UserError(f"{flag} {out}: exists and is not a directory") from None
     except OSError as exc:
-        raise UserError(f"{flag} {out}: cannot create the directory ({exc.strerror})") from None
-    if not os.access(out, os.W_OK):
-        raise UserError(f"{flag} {out}: not writable")
+        raise UserError(f"{flag} {out}: cannot write there ({exc.strerror})") from None
     return out
 
 

@@ -61,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
         write_tracev2,
     )
     from evolve.errors import UserError
+    from evolve.targets import output_file
 
+    for ext in (".yaml", ".csv"):  # both files of the pair, before any work
+        output_file(f"{args.out}{ext}", "--out")
     root = data_dir(args.data)
     name = resolve(args.experiment, [p.name for p in experiment_dirs(root)])
     (sc,) = load_scenarios(root, [name])

@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         write_experiment,
     )
     from evolve.errors import UserError
+    from evolve.targets import output_dir
 
     flags = ServerFlags(tp=args.tp, max_num_seqs=args.max_num_seqs,
                         max_batched_tokens=args.max_num_batched_tokens,
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{src}: no such file or directory")
     else:
         raise UserError(f"{src}: not a TraceV2 .yaml/.csv nor an inference-perf directory")
+    output_dir(args.out, "--out")  # after the source is read: a refused source writes nothing
     path = write_experiment(args.out, spec, replace_existing=args.replace)
     n, failed = len(spec.status), sum(s != "ok" for s in spec.status)
     sv = spec.server

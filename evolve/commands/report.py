@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from evolve.errors import UserError
     from evolve.report import Options, Written, watch, write_report
+    from evolve.targets import output_dir
 
     if not Path(args.archive).exists():
         raise UserError(f"{args.archive}: archive not found "
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise UserError("--interval must be positive")
     opts = Options(cassette=args.cassette, validate_dir=args.validate_dir)
+    output_dir(args.out, "--out")
     index = Path(args.out) / "index.html"
 
     def say(w: Written) -> None:

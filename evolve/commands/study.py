@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
+from evolve.targets import output_dir
 
 HELP = "independent runs (seeds in parallel) and the median [min, max] of their picks"
 METRICS = (("e2e_mean", "mean E2E"), ("ttft_mean", "mean TTFT"), ("itl_mean", "decode"),
@@ -139,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--seeds: each seed once")
     if args.workers < 1 or (args.parallel is not None and args.parallel < 1):
         raise UserError("--workers and --parallel must be at least 1")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(args.out, "--out")
     ray_address = ""
     if args.executor == "ray":
         from evolve.search.ray_executor import connect

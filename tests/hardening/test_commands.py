@@ -84,6 +84,36 @@ def test_validate_to_an_unwritable_out_fails_before_the_work(finished, tmp_path,
     assert time.monotonic() - t0 < 5  # nothing was simulated
 
 
+CODEGEN = "20260217-155451-llama-2-7b-tp1-codegen"
+WRITERS = {  # command -> its argv with OUT where it writes
+    "report": ["report", "--archive", "{archive}", "--out", "OUT"],
+    "study": ["study", "--seeds", "1", "--generations", "0", "--out", "OUT"],
+    "export-trace": ["export-trace", CODEGEN, "--out", "OUT"],
+    "fit": ["fit", "layered", "--save-constants", "OUT", "--max-evals", "10"],
+    "export-go": ["export-go", "0", "--archive", "{archive}", "-o", "OUT"],
+    "ingest": ["ingest", "{data}/experiments/" + CODEGEN, "--hardware", "H100",
+               "--model", "{data}/models/Llama-2-7b-hf", "--out", "OUT"],
+}
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("where", ["under-a-file", "proc"])
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_an_output_that_cannot_be_written_fails_before_the_work(
+        finished, data_path, tmp_path, capsys, command, where):
+    """Root passes ``os.access`` for /proc and read-only mounts: the check must write."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out = str(blocker / "x") if where == "under-a-file" else "/proc/evolve-test-out"
+    argv = [a.replace("OUT", out).format(archive=finished, data=data_path)
+            for a in WRITERS[command]]
+    t0 = time.monotonic()
+    assert main(argv) == 2
+    line = _one_line(capsys)
+    assert out in line or str(blocker) in line, line
+    assert time.monotonic() - t0 < 10  # refused before fitting, simulating or searching
+
+
 @pytest.mark.parametrize("make", ["directory", "latin-1"])
 def test_a_config_that_is_a_directory_or_not_utf8(tmp_path, make, capsys):
     path = tmp_path / "c.toml"
