@@ -47,10 +47,12 @@ Simplifications (each measured or argued to be small here):
   The engine's timing of its scheduling call (``step.duration_us``, ``steps/``) is 30-35 ms
   (median) over the end of that run, against 0.7 ms on Mixtral ``general``; on the three
   runs with step timestamps it never exceeds the step period (0 of 1,967 consecutive
-  pairs) and grows to a quarter to a half of it at full batches (the call waits on the
-  GPU). So those steps take at least 30-35 ms, and the simulation's steady steps 30-31.6
-  ms: the time is spent server side, not in the load generator. The cause is open; no
-  term for it here.
+  pairs) and grows to a quarter to a half of it at full batches. By the fork's source
+  (inference-sim/vllm, ``Scheduler.schedule``) it is host time from the call's entry to
+  its batch-summary event, with no GPU synchronisation in between, and nothing in it
+  iterates the waiting queue; what lengthens it is not in the data. So those steps take
+  at least 30-35 ms, and the simulation's steady steps 30-31.6 ms: the time is spent
+  server side, not in the load generator. The cause is open; no term for it here.
   ``evolve validate`` prints the decode interval by admission time of every run that
   queues (``admission_drift`` in ``--json``), measured against simulated.
 * Output length is the load profile's ``output_len`` for every request (``ignore_eos``;
