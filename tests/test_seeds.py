@@ -294,3 +294,20 @@ def test_rule_lomo_gives_a_held_out_mixture_of_experts_the_prior_moe_cost(capsys
         {f: sorted(r) for f, r in out["folds"].items()}
     assert all(v["minus"] < 0.0 < v["plus"] for runs in out["sensitivity"].values()
                for n, v in runs.items() if "reasoning" not in n)
+
+
+def test_generalize_pool_strength_pulls_each_model_towards_the_global_set(capsys, data_path):
+    """`--pool S` is fit.pool_strength for the refits: S = 0 leaves each model's constants
+    free, a large S draws them to the global set; a negative S is refused in one line."""
+    spread = {}
+    for pool in ("0", "100"):
+        assert main(["generalize", "layered", "--mode", "lowo", "--scope", "pooled",
+                     "--pool", pool, "--prior", "0", "--data", str(data_path),
+                     "--max-evals", "60", "--polish-evals", "0", "--json"]) == 0
+        groups = json.loads(capsys.readouterr().out)["constants"]["codegen"]
+        centre = groups.pop("global")
+        spread[pool] = sum(abs(v - centre[k]) / max(abs(centre[k]), 1e-9)
+                           for g in groups.values() for k, v in g.items())
+    assert spread["100"] < 0.5 * spread["0"], spread
+    assert main(["generalize", "layered", "--mode", "lowo", "--pool", "-1"]) == 2
+    assert "--pool -1.0: must be a finite number >= 0" in capsys.readouterr().err

@@ -51,12 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="S", help="pull constants towards the program's declared "
                         "values with strength S / (training runs); as fit.prior_strength "
                         "(default: %(default)s)")
+    parser.add_argument("--pool", type=float, default=FitSection.pool_strength,
+                        metavar="S", help="pooled scope: pull each model's constants "
+                        "towards the global set with strength S / (its training runs); as "
+                        "fit.pool_strength (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.prior) and args.prior >= 0):
-        raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
+    for flag, val in (("--prior", args.prior), ("--pool", args.pool)):
+        if not (math.isfinite(val) and val >= 0):
+            raise UserError(f"{flag} {val}: must be a finite number >= 0")
     from evaluator.api import Evaluator, e2e_response
     from evolve.fitting import closed_loop_fit, const_map, fit_program
     from evolve.physics import probes_for
@@ -82,12 +87,13 @@ def run(args: argparse.Namespace) -> int:
                            names=train)
         probes = probes_for(ev, train)  # the same physics penalty as the search's fits
         fit = fit_program(program, ev, train, scope, seed=args.seed, max_evals=args.max_evals,
-                          probes=probes, prior_strength=args.prior)
+                          probes=probes, prior_strength=args.prior, pool_strength=args.pool)
         fitted = fit.groups
         if args.polish_evals > 0:
             fitted = closed_loop_fit(program, ev, train, scope, args.seed, start=fitted,
                                      max_evals=args.polish_evals,
-                                     prior_strength=args.prior, probes=probes).groups
+                                     prior_strength=args.prior, pool_strength=args.pool,
+                                     probes=probes).groups
         fold_consts[held] = fitted
         consts = const_map(program, fitted, ev.scenarios, scope)
         sims = ev.simulate(model, consts, names=test)
