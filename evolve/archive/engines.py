@@ -136,7 +136,8 @@ def schema_lock(engine: Engine) -> Iterator[None]:
 def _check_file(path: Path, create: bool) -> None:
     found = path.exists() and path.stat().st_size > 0
     if not found and not create:
-        raise ArchiveError(f"{path}: archive not found (run `evolve run` first, or pass --archive)")
+        what = "an empty file, no archive yet" if path.exists() else "archive not found"
+        raise ArchiveError(f"{path}: {what} (run `evolve run` first, or pass --archive)")
     if not found and not path.parent.is_dir():
         raise ArchiveError(f"{path}: directory {path.parent} does not exist")
     if not found:  # create it now, so an unwritable directory is named as such

@@ -70,6 +70,9 @@ def test_resolve_id(tmp_path):
 def test_missing_archive(tmp_path):
     with pytest.raises(ArchiveError, match="archive not found"):
         Archive(tmp_path / "none.db", create=False)
+    (tmp_path / "empty.db").touch()  # e.g. left by a run killed as it started
+    with pytest.raises(ArchiveError, match=r"empty\.db: an empty file, no archive yet"):
+        Archive(tmp_path / "empty.db", create=False)
 
 
 def test_not_sqlite(tmp_path):
