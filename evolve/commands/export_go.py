@@ -249,4 +249,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if scope == "pooled" and "global" in consts:
+        print("note: any other model gets the pooled global set, which a frontier pick is "
+              "not chosen for; for a model nobody measured export the `layered` rule "
+              "(docs/selection.md, 'A model nobody measured')", file=sys.stderr)
     return 0

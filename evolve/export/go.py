@@ -179,7 +179,9 @@ def _lookup(prefix: str, low: str, scope: str, fields: dict[str, str],
     if fallback is not None:  # pooled: a model nobody measured gets the shared set
         lines += ["\t\t}", "\t}", "\t// Any other model: the pooled scope's global set, what"
                   " the per-model sets were shrunk", "\t// towards (how a held-out model is"
-                  " predicted in leave-one-model-out).",
+                  " predicted in leave-one-model-out). A frontier pick is not",
+                  "\t// chosen for transfer: for a model nobody measured, docs/selection.md"
+                  " exports the layered rule.",
                   f"\treturn {_consts_literal(prefix, fields, fallback)}, nil", "}"]
         return lines, True
     known = ", ".join(sorted(consts)).replace("%", "%%")

@@ -113,6 +113,21 @@ def test_pooled_lookup_falls_back_to_the_global_set():
     assert tail.rstrip().endswith("2.5}, nil")
 
 
+def test_cli_pooled_export_says_what_an_unmeasured_model_gets(tmp_path, capsys):
+    """The global set of a frontier pick is not chosen for transfer: export-go says so, and
+    names the rule for a model nobody measured; a per-model export has no such fallback."""
+    from evolve.cli import main
+
+    prog_file = tmp_path / "prog.py"
+    prog_file.write_text(OWN_PROGRAMS["constant_only"])
+    for scope, groups in (("pooled", ("llama-2-7b", "global")), ("per_model", ("llama-2-7b",))):
+        consts = json.dumps({g: {"step": 2.5} for g in groups})
+        assert main(["export-go", str(prog_file), "--constants", consts, "--scope", scope,
+                     "-o", str(tmp_path / "m.go")]) == 0
+        err = capsys.readouterr().err
+        assert ("export the `layered` rule" in err) == (scope == "pooled"), err
+
+
 
 def test_cli_standalone(tmp_path):
     from evolve.cli import main
