@@ -4,6 +4,7 @@ trained_physics carries BLIS's published coefficients, and ``evolve fit`` works.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -289,6 +290,9 @@ def test_rule_lomo_gives_a_held_out_mixture_of_experts_the_prior_moe_cost(capsys
         declared["moe_layer_us"]
     assert out["constants"]["llama-2-7b"]["global"]["moe_layer_us"] != \
         declared["moe_layer_us"]
+    within = [r["ape"]["e2e_mean"] <= 0.10 for runs in out["folds"].values()
+              for n, r in runs.items() if "reasoning" not in n]
+    assert out["normal_within_10pct"] == {"runs": sum(within), "of": 12}
     # every held-out run is simulated again at step times 3 % shorter and longer
     assert {f: sorted(r) for f, r in out["sensitivity"].items()} == \
         {f: sorted(r) for f, r in out["folds"].items()}
@@ -311,3 +315,15 @@ def test_generalize_pool_strength_pulls_each_model_towards_the_global_set(capsys
     assert spread["100"] < 0.5 * spread["0"], spread
     assert main(["generalize", "layered", "--mode", "lowo", "--pool", "-1"]) == 2
     assert "--pool -1.0: must be a finite number >= 0" in capsys.readouterr().err
+
+
+def test_generalize_text_ends_with_the_issue_count(capsys, data_path):
+    """The table ends with the count the held-out targets are stated in; a program other
+    than `layered` is pointed to the rule for a model nobody measured."""
+    prog = SEEDS_DIR / "kernels.py"
+    for target, note in (("layered", False), (str(prog), True)):
+        assert main(["generalize", target, "--mode", "lomo", "--data", str(data_path),
+                     "--max-evals", "20", "--polish-evals", "0"]) == 0
+        last = capsys.readouterr().out.strip().splitlines()[-1]
+        assert re.fullmatch(r"held-out normal runs within 10 % mean E2E: \d+ of 12.*", last)
+        assert ("uses the `layered` rule" in last) == note, last
