@@ -189,8 +189,13 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
 
     from evaluator.api import data_dir
     from evolve.search.stopping import StopRequested, stop_signals
+    from evolve.targets import output_dir, output_file
 
     data_dir(cfg.run.data or None)  # fail on a missing data directory before touching files
+    if report:  # an unwritable report or cassette is found now, not after the search
+        output_dir(report, "--report")
+    if cfg.llm.cassette and cfg.llm.cassette_mode == "record":
+        output_file(cfg.llm.cassette, "--cassette")
     box: dict[str, object] = {}
     try:
         with stop_signals():

@@ -91,6 +91,11 @@ WRITERS = {  # command -> its argv with OUT where it writes
     "export-trace": ["export-trace", CODEGEN, "--out", "OUT"],
     "fit": ["fit", "layered", "--save-constants", "OUT", "--max-evals", "10"],
     "export-go": ["export-go", "0", "--archive", "{archive}", "-o", "OUT"],
+    "run --report": ["run", "--generations", "1", "--archive", "{tmp}/r.db", "--report",
+                     "OUT"],
+    "run --cassette": ["run", "--generations", "1", "--archive", "{tmp}/r.db", "--llm", "m",
+                       "--llm-base-url", "http://127.0.0.1:9/v1", "--cassette", "OUT",
+                       "--record"],
     "ingest": ["ingest", "{data}/experiments/" + CODEGEN, "--hardware", "H100",
                "--model", "{data}/models/Llama-2-7b-hf", "--out", "OUT"],
 }
@@ -105,13 +110,14 @@ def test_an_output_that_cannot_be_written_fails_before_the_work(
     blocker = tmp_path / "file"
     blocker.write_text("")
     out = str(blocker / "x") if where == "under-a-file" else "/proc/evolve-test-out"
-    argv = [a.replace("OUT", out).format(archive=finished, data=data_path)
+    argv = [a.replace("OUT", out).format(archive=finished, data=data_path, tmp=tmp_path)
             for a in WRITERS[command]]
     t0 = time.monotonic()
     assert main(argv) == 2
     line = _one_line(capsys)
     assert out in line or str(blocker) in line, line
     assert time.monotonic() - t0 < 10  # refused before fitting, simulating or searching
+    assert not (tmp_path / "r.db").exists()
 
 
 @pytest.mark.parametrize("make", ["directory", "latin-1"])
