@@ -302,7 +302,8 @@ def test_rule_lomo_gives_a_held_out_mixture_of_experts_the_prior_moe_cost(capsys
 
 def test_generalize_pool_strength_pulls_each_model_towards_the_global_set(capsys, data_path):
     """`--pool S` is fit.pool_strength for the refits: S = 0 leaves each model's constants
-    free, a large S draws them to the global set; a negative S is refused in one line."""
+    free, a large S draws them to the global set; a negative S, no fit budget or a negative
+    polish budget is refused in one line (they ran silently before)."""
     spread = {}
     for pool in ("0", "100"):
         assert main(["generalize", "layered", "--mode", "lowo", "--scope", "pooled",
@@ -315,6 +316,9 @@ def test_generalize_pool_strength_pulls_each_model_towards_the_global_set(capsys
     assert spread["100"] < 0.5 * spread["0"], spread
     assert main(["generalize", "layered", "--mode", "lowo", "--pool", "-1"]) == 2
     assert "--pool -1.0: must be a finite number >= 0" in capsys.readouterr().err
+    for flag, val in (("--max-evals", "0"), ("--polish-evals", "-1")):
+        assert main(["generalize", "layered", "--mode", "lowo", flag, val]) == 2
+        assert "--max-evals must be >= 1 and --polish-evals >= 0" in capsys.readouterr().err
 
 
 def test_generalize_text_ends_with_the_issue_count(capsys, data_path):

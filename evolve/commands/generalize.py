@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     for flag, val in (("--prior", args.prior), ("--pool", args.pool)):
         if not (math.isfinite(val) and val >= 0):
             raise UserError(f"{flag} {val}: must be a finite number >= 0")
+    if args.max_evals < 1 or args.polish_evals < 0:  # as `evolve fit`
+        raise UserError("--max-evals must be >= 1 and --polish-evals >= 0")
     from evaluator.api import Evaluator, e2e_response
     from evolve.fitting import closed_loop_fit, const_map, fit_program
     from evolve.physics import probes_for
