@@ -62,6 +62,29 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "evolve.cli", *args]
 
 
+def _run_argv(args: argparse.Namespace, seed: int, archive: str, ray_address: str) -> list[str]:
+    """The ``evolve run`` command line of one seed."""
+    cmd = ["run", "--seed", str(seed), "--archive", archive, "--no-progress",
+           "--executor", args.executor]
+    cmd += ["--config", args.config] if args.config else []
+    cmd += ["--generations", str(args.generations)] if args.generations is not None else []
+    cmd += ["--data", args.data] if args.data else []
+    cmd += ["--head-seconds", str(args.head_seconds)] if args.head_seconds else []
+    cmd += ["--ray-address", ray_address] if ray_address else ["--workers", str(args.workers)]
+    return cmd
+
+
+def _check_settings(args: argparse.Namespace, out: Path) -> None:
+    """Let ``evolve run --print-config`` judge the settings every seed will get, so a bad
+    one is one line now, not a failed subprocess per seed later."""
+    argv = _run_argv(args, args.seeds[0], str(out / "settings-check.db"), "")
+    done = subprocess.run(_cli(*argv, "--print-config"), capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        raise UserError(lines[-1].removeprefix("evolve run: error: "))
+
+
 def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str) -> dict[str, Any]:
     """Search, then validate the pick, in subprocesses; returns the validation."""
     res_path, log_path = out / f"seed-{seed}.json", out / f"seed-{seed}.log"
@@ -70,13 +93,7 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str) 
     archive = args.archive or str(out / f"seed-{seed}.db")
     if not args.archive:
         Path(archive).unlink(missing_ok=True)  # an unfinished earlier attempt of this seed
-    cmd = ["run", "--seed", str(seed), "--archive", archive, "--no-progress",
-           "--executor", args.executor]
-    cmd += ["--config", args.config] if args.config else []
-    cmd += ["--generations", str(args.generations)] if args.generations is not None else []
-    cmd += ["--data", args.data] if args.data else []
-    cmd += ["--head-seconds", str(args.head_seconds)] if args.head_seconds else []
-    cmd += ["--ray-address", ray_address] if ray_address else ["--workers", str(args.workers)]
+    cmd = _run_argv(args, seed, archive, ray_address)
     t0 = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log:
         done = subprocess.run(_cli(*cmd), stdout=subprocess.PIPE, stderr=log, text=True,
@@ -141,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1 or (args.parallel is not None and args.parallel < 1):
         raise UserError("--workers and --parallel must be at least 1")
     out = output_dir(args.out, "--out")
+    _check_settings(args, out)
     ray_address = ""
     if args.executor == "ray":
         from evolve.search.ray_executor import connect

@@ -48,3 +48,21 @@ def test_study_runs_seeds_in_parallel(tmp_path, capsys, sqlite_reference):
     assert main(argv) == 0
     again = capsys.readouterr().out
     assert "(earlier)" in again and again.split("\n\n", 1)[1] == text.split("\n\n", 1)[1]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--generations", "-2"], "run.generations' out of range"),
+    (["--head-seconds", "-4"], "run.head_seconds' out of range"),
+    (["--config", "{tmp}/bad.toml"], "bad.toml: unknown key 'run.generationz'"),
+])
+def test_bad_settings_are_one_line_before_any_seed_runs(tmp_path, capsys, extra, needle):
+    """`evolve run --print-config` judges what every seed would get: one line, exit 2, no
+    seed log (each seed used to fail on its own, with the reason in its log)."""
+    (tmp_path / "bad.toml").write_text("[run]\ngenerationz = 3\n")
+    out = tmp_path / "study"
+    argv = ["study", "--seeds", "1", "2", "--out", str(out),
+            *(a.format(tmp=tmp_path) for a in extra)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("evolve study: error: ") and needle in err and "\n" not in err, err
+    assert not list(out.glob("seed-*"))
