@@ -33,3 +33,15 @@ def split_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str) -> f
             terms.append(float(ape.get("failures", math.inf)))
         acc += sum(t * t for t in terms) / len(terms)
     return math.sqrt(acc / len(rows))
+
+
+def normal_within(folds: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                  normal: set[str] | None = None, limit: float = 0.10) -> tuple[int, int]:
+    """(held-out normal runs within ``limit`` mean-E2E APE, held-out normal runs) of an
+    ``evolve generalize`` fold table, the count issue 11's held-out targets are stated in.
+    ``normal`` names the non-reasoning runs; without it, a run is normal unless its name
+    says ``reasoning`` (all a stored JSON has). A run without a mean-E2E APE misses."""
+    apes = [float((m.get("ape") or {}).get("e2e_mean", math.inf))
+            for runs in folds.values() for n, m in runs.items()
+            if (n in normal if normal is not None else "reasoning" not in n)]
+    return sum(a <= limit for a in apes), len(apes)

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from evolve.heldout import normal_within
+
 BASELINES = ("trained-physics", "roofline", "linear")
 KEYS = (("e2e_mean", "mean E2E"), ("ttft_mean", "mean TTFT"), ("itl_mean", "decode"),
         ("e2e_p99", "p99 E2E"))
@@ -95,10 +97,9 @@ def _targets(seeds: list[dict[str, Any]], held: dict[str, Any]) -> list[str]:
 
 
 def within(generalize: dict[str, Any], limit: float = 10.0) -> tuple[int, int]:
-    """(held-out normal runs within ``limit`` % mean E2E, held-out normal runs)."""
-    vals = [pct(m, "e2e_mean") for runs_ in generalize["folds"].values()
-            for n, m in runs_.items() if "reasoning" not in n]
-    return sum(v <= limit for v in vals), len(vals)
+    """(held-out normal runs within ``limit`` % mean E2E, held-out normal runs), as
+    ``evolve generalize`` counts them (``evolve.heldout.normal_within``)."""
+    return normal_within(generalize["folds"], limit=limit / 100.0)
 
 
 def _knee(v: dict[str, float] | None, step: float = 0.03, at: float = 2.0) -> str:
