@@ -6,7 +6,9 @@ physics probes, corpus refreshes, the final polish and pick), which no micro-ben
 adds up to. It runs the public CLI into a temporary archive and prints the wall time, the
 children fitted and the pick.
 
-Run: ``python benchmarks/bench_search.py [--generations 100] [--seed 7] [--workers 2]``
+Run: ``python benchmarks/bench_search.py [--generations 100] [--seed 7] [--workers 2]
+[--transfer W]`` (``--transfer``: the opt-in search loss that prices transfer,
+docs/selection.md; not part of the target's default config)
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--target-min", type=float, default=20.0)
+    ap.add_argument("--transfer", type=float, default=0.0, metavar="W")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
         cmd = [sys.executable, "-m", "evolve.cli", "run", "--generations",
                str(args.generations), "--seed", str(args.seed), "--workers",
-               str(args.workers), "--archive", str(db), "--no-progress"]
+               str(args.workers), "--archive", str(db), "--no-progress",
+               *(["--transfer", str(args.transfer)] if args.transfer > 0 else [])]
         t0 = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - t0

@@ -40,7 +40,8 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
 
 # Keys added after runs were first stored, with the value that reproduces what runs stored
 # without them did (see Config.from_dict).
-BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1}
+BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1,
+                                          ("fit", "transfer_weight"): 0.0}
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
 # [llm] keys added after archives existed (issue 16): stored only when set, so a run that
@@ -133,6 +134,12 @@ class FitSection:
         1.0, "penalty per unit-box squared distance of a group's constants from the "
         "program's declared initial values (a prior: seeds declare published coefficients),"
         " divided by the group's training runs; 0 = off")
+    transfer_weight: float = _doc(
+        0.0, "search loss = sqrt(train^2 + w * max(0, transfer - margin)^2), transfer = "
+        "training loss of each model's training runs under constants fitted without that "
+        "model (evolve/search/transfer.py); 0 = off")
+    transfer_margin: float = _doc(
+        0.0, "transfer loss below which transfer costs nothing (with transfer_weight > 0)")
     max_evals: int = _doc(300, "loss evaluations per fit (all restarts together)")
     restarts: int = _doc(1, "CMA-ES restarts when a fit fails")
     starts: int = _doc(3, "teacher-forced fits per program from independent CMA-ES streams, "
@@ -192,6 +199,8 @@ class Config:
         for key, default in LLM_STORED_WHEN_SET.items():
             if d["llm"].get(key) == default:
                 del d["llm"][key]
+        if d["fit"]["transfer_weight"] == 0:  # off: stored as before the keys existed
+            del d["fit"]["transfer_weight"], d["fit"]["transfer_margin"]
         return d
 
     @classmethod
@@ -301,6 +310,10 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
                               "a finite number >= 0"),
         "fit.prior_strength": (fin(cfg.fit.prior_strength) and cfg.fit.prior_strength >= 0,
                                "a finite number >= 0"),
+        "fit.transfer_weight": (fin(cfg.fit.transfer_weight) and cfg.fit.transfer_weight >= 0,
+                                "a finite number >= 0"),
+        "fit.transfer_margin": (fin(cfg.fit.transfer_margin) and cfg.fit.transfer_margin >= 0,
+                                "a finite number >= 0"),
     }
     cpus = max(2, cpu_count())  # the default (2) is valid everywhere
     forced = cfg.run.force_workers or cfg.run.executor == "ray"  # Ray: its own CPU count

@@ -97,7 +97,7 @@ class Evaluation(Base):
     corpus_version: Mapped[str] = mapped_column(String)
     constants: Mapped[Any] = mapped_column(CanonicalJSON, nullable=True)  # group -> {c: v}
     metrics: Mapped[Any] = mapped_column(CanonicalJSON, nullable=True)  # scenario -> {...}
-    loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # train loss
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # search loss (train)
     complexity: Mapped[int | None] = mapped_column(Integer, nullable=True)
     n_evals: Mapped[int] = mapped_column(Integer, default=0)
     status: Mapped[str] = mapped_column(String)  # accepted | rejected

@@ -4,12 +4,14 @@ Lists the hall of fame (the best program of every complexity); ``F`` marks the m
 the frontier (the non-dominated ones). Each shows its training loss (what the frontier is
 built on) and its validate loss (what the pick reads among the eligible hall of fame, see
 ``evolve.search.pareto``); test errors are shown for reference and never read by any
-decision.
+decision. A run that prices transfer (``fit.transfer_weight > 0``) also shows the search
+loss the frontier is then built on and the transfer loss (:mod:`evolve.search.transfer`).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 HELP = "show the Pareto frontier of a run"
@@ -30,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.reporting import num, pct, print_json, short, split_errors, table
     from evolve.search.pareto import Frontier
     from evolve.search.selection import split_loss
+    from evolve.search.transfer import fitting_loss
 
     with Archive(args.archive, create=False) as archive:
         rid = args.run if args.run is not None else archive.latest_run_id()
@@ -48,21 +51,28 @@ def run(args: argparse.Namespace) -> int:
     for r, front in zip(rows, on_frontier(rows), strict=True):
         ev = latest.get(r.program_id)
         errs = split_errors(ev.metrics if ev else None)
-        members.append({"id": r.program_id, "complexity": r.complexity, "train_loss": r.loss,
-                        "validate_loss": split_loss(ev.metrics if ev else None, "validate"),
+        metrics = ev.metrics if ev else None
+        transfer = fitting_loss(metrics)  # nan unless the run prices transfer
+        members.append({"id": r.program_id, "complexity": r.complexity, "loss": r.loss,
+                        "train_loss": r.loss if math.isnan(transfer)
+                        else fitting_loss(metrics, "train"), "transfer_loss": transfer,
+                        "validate_loss": split_loss(metrics, "validate"),
                         "picked": bool(r.picked), "on_frontier": front, "errors": errs,
                         "constants": ev.constants if ev else None})
     if args.json:
         print_json({"run": rid, "generation": rows[0].generation, "pick_rule": rule,
                     "members": members})
         return 0
-    headers = ["", "id", "cx", "train loss", "val loss", "train E2E", "train TTFT",
-               "val E2E", "val TTFT", "test E2E", "test TTFT"]
+    priced = any(not math.isnan(m["transfer_loss"]) for m in members)
+    headers = ["", "id", "cx", *(["loss", "transfer"] if priced else []), "train loss",
+               "val loss", "train E2E", "train TTFT", "val E2E", "val TTFT", "test E2E",
+               "test TTFT"]
     body = []
     for m in members:
         e = m["errors"]
         mark = ("*" if m["picked"] else "") + ("F" if m["on_frontier"] else "")
         body.append([mark, short(m["id"]), m["complexity"],
+                     *([num(m["loss"]), num(m["transfer_loss"])] if priced else []),
                      num(m["train_loss"]), num(m["validate_loss"]), pct(e["train"]["e2e_mean"]),
                      pct(e["train"]["ttft_mean"]), pct(e["validate"]["e2e_mean"]),
                      pct(e["validate"]["ttft_mean"]), pct(e["test"]["e2e_mean"]),
@@ -71,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"run {rid}, generation {rows[0].generation}: the best program of each of "
           f"{len(rows)} complexities, {n_front} on the frontier (F) (mean APE per split; "
           "closed-loop stage slices, or teacher forced per the run's fit.fitness)")
-    print(table(headers, body, right=range(2, 11)))
+    print(table(headers, body, right=range(2, len(headers))))
+    if priced:
+        print("loss = the search loss: sqrt(train^2 + w * max(0, transfer - margin)^2); "
+              "transfer = each model's training runs priced by constants fitted without it")
     print(f"* {rule}")
     return 0

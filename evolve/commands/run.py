@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wall-time", type=float, metavar="S",
                         help="stop cleanly after the first complete generation past S seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--transfer", type=float, metavar="W",
+                        help="price transfer to models the constants never saw in the search "
+                        "loss with weight W (fit.transfer_weight; docs/selection.md)")
     parser.add_argument("--report", metavar="DIR",
                         help="write an HTML report of the run to DIR, updated every generation")
     llm = parser.add_argument_group("LLM operator")
@@ -73,13 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     """Command-line values as a config fragment (only the flags that were given)."""
-    out: dict[str, dict[str, object]] = {"run": {}, "operator": {}, "llm": {}}
+    out: dict[str, dict[str, object]] = {"run": {}, "operator": {}, "llm": {}, "fit": {}}
     for flag, key in (("generations", "generations"), ("seed", "seed"), ("data", "data"),
                       ("archive", "archive"), ("head_seconds", "head_seconds"),
                       ("workers", "workers"), ("wall_time", "wall_time_s"),
                       ("executor", "executor"), ("ray_address", "ray_address")):
         if getattr(args, flag) is not None:
             out["run"][key] = getattr(args, flag)
+    if args.transfer is not None:
+        out["fit"]["transfer_weight"] = args.transfer
     if args.no_progress:
         out["run"]["progress"] = False
     if args.force_workers:

@@ -91,9 +91,12 @@ TEMPLATE_VERSION: str = _template_version()
 
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
+    # a training run priced without its model (evolve.search.transfer): said what it is
+    env.tests["lomo"] = lambda name: str(name).endswith("~lomo")
+    return env
 
 
 _PIECES = re.compile(r"[A-Za-z]+|\d+|\n|[ \t]+|[^\sA-Za-z\d]+")

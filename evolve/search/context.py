@@ -36,6 +36,8 @@ class RunContext:
     starts: int = 1  # teacher-forced fits per program, the best judged closed loop is kept
     pool_strength: float = 0.5
     prior_strength: float = 1.0
+    transfer_weight: float = 0.0  # search loss: price of transfer beyond the margin
+    transfer_margin: float = 0.0  # (evolve.search.transfer); weight 0 = off
     probe: np.ndarray | None = None  # float64[N_FEATURES, n] fingerprint steps
     slices: Evaluator | None = None  # closed-loop fitness: stage slices of sliceable runs
     slice_parent: dict[str, str] = field(default_factory=dict)  # slice name -> run name
@@ -57,7 +59,7 @@ class Scored:
 
     groups: dict[str, dict[str, float]] | None
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    loss: float = float("inf")
+    loss: float = float("inf")  # search loss: training loss (+ transfer price if priced)
     n_evals: int = 0
     reason: str = ""  # empty if accepted
     val_loss: float = float("nan")  # the same loss over the validate runs; nan: none
@@ -74,7 +76,8 @@ def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunC
     """The run context of a config: fitting knobs and, for closed-loop fitness, the slices."""
     ctx = RunContext(evaluator, dict(splits), cfg.fit.scope, cfg.fit.window_steps,
                      cfg.fit.max_evals, cfg.fit.restarts, cfg.fit.starts,
-                     cfg.fit.pool_strength, cfg.fit.prior_strength)
+                     cfg.fit.pool_strength, cfg.fit.prior_strength,
+                     cfg.fit.transfer_weight, cfg.fit.transfer_margin)
     if cfg.search.physics == "reject":
         ctx.probes = probes_for(evaluator, list(splits))
     if cfg.fit.fitness == "closed_loop":

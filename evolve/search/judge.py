@@ -7,11 +7,15 @@ re-score a stored program with exactly the code the run used.
 Metrics are stored per scenario (or slice, named ``<run>@<from>-<to>s``) as plain dicts
 (``RunMetrics.to_dict()`` with the split of the parent run and a ``mode`` key). Only
 training runs enter the loss and the fit; validate numbers are read by the pick and the
-champion (``evolve.search.pareto``); test numbers are stored for reporting only.
+champion (``evolve.search.pareto``); test numbers are stored for reporting only. With
+``fit.transfer_weight > 0`` the loss is the search loss, which also charges for how the
+program prices each model's training runs when fitted without them
+(:mod:`evolve.search.transfer`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -22,6 +26,7 @@ from evolve.codegen import step_model
 from evolve.fitting import const_map, fit_program
 from evolve.fitting.bounds import derived_seed
 from evolve.language import Program
+from evolve.search import transfer
 from evolve.search.context import RunContext, Scored
 from evolve.search.selection import split_loss
 
@@ -79,8 +84,27 @@ def score_program(ctx: RunContext, program: Program,
         for name in ctx.names:
             first.setdefault(ev.by_name[name].model, consts[name])
         reason = physics.check(model, first, ctx.probes) or ""
-    return Scored(groups, metrics, float(train_loss), 0, reason,
-                  split_loss(metrics, "validate"))
+    search = float(train_loss)
+    if not reason and not train_only and ctx.transfer_weight > 0:
+        search, reason = _with_transfer(ctx, program, metrics, search)
+    return Scored(groups, metrics, search, 0, reason, split_loss(metrics, "validate"))
+
+
+def _with_transfer(ctx: RunContext, program: Program, metrics: dict[str, dict[str, Any]],
+                   train_loss: float) -> tuple[float, str]:
+    """Add the program's transfer entries to ``metrics``; (search loss, rejection reason).
+    See :mod:`evolve.search.transfer`."""
+    try:
+        held = transfer.transfer_metrics(ctx, program)
+    except (ArithmeticError, ValueError, KeyError) as exc:
+        return train_loss, f"transfer fit failed: {type(exc).__name__}: {exc}"
+    for name in sorted(held):
+        metrics[name] = held[name].to_dict() | {"mode": transfer.MODE}
+    t = transfer.fitting_loss(metrics)
+    if not math.isnan(t) and not math.isfinite(t):
+        bad = next(n for n in sorted(held) if not held[n].valid)
+        return train_loss, f"invalid on {bad} (transfer): {held[bad].reason}"
+    return transfer.search_loss(train_loss, t, ctx.transfer_weight, ctx.transfer_margin), ""
 
 
 def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:

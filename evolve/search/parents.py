@@ -15,6 +15,7 @@ from evolve.operators.base import Parent
 from evolve.search.books import Books
 from evolve.search.pareto import select_parents
 from evolve.search.rng import PURPOSE_SELECT, generation_rng
+from evolve.search.transfer import SPLIT as TRANSFER
 
 
 def worst_table(train: dict[str, Any], rows: int = 6) -> str:
@@ -34,11 +35,15 @@ def worst_table(train: dict[str, Any], rows: int = 6) -> str:
 
 
 def parent_view(books: Books, pid: str) -> Parent:
-    """An accepted program as an operator sees it: training errors only."""
+    """An accepted program as an operator sees it: training errors only (with the search
+    pricing transfer, also its ``<run>~lomo`` rows: training runs priced by constants
+    fitted without their model, :mod:`evolve.search.transfer`)."""
     info = books.state.info[pid]
     train = {n: m for n, m in sorted(info.metrics.items()) if m.get("split") == "train"}
+    shown = {n: m for n, m in sorted(info.metrics.items())
+             if m.get("split") in ("train", TRANSFER)}
     errors: dict[str, dict[str, float]] = {}
-    for n, m in train.items():
+    for n, m in shown.items():
         e = dict(m["ape"])
         for k in ("e2e_mean", "ttft_mean", "itl_mean"):
             if k in m["pred"] and k in m["meas"]:

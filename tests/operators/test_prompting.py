@@ -79,3 +79,15 @@ def test_estimate_tokens_is_not_below_len_over_4():
     prompt = build_prompt("mutate", [make_parent()], [], 100000)
     for m in prompt.messages:
         assert estimate_tokens(m["content"]) >= len(m["content"]) / 4
+
+
+@pytest.mark.parametrize("profile", ["full", "compact"])
+def test_transfer_rows_come_with_what_they_mean(profile):
+    p = make_parent()
+    run = TRAIN_RUNS[0]
+    plain = build_prompt("mutate", [p], [], 12000, HELDOUT_RUNS, profile).messages[1]["content"]
+    assert "~lomo" not in plain  # a run that does not price transfer: the prompt as before
+    p.train_errors[run + "~lomo"] = {"e2e_mean": 0.35, "ttft_mean": 0.5}
+    user = build_prompt("mutate", [p], [], 12000, HELDOUT_RUNS, profile).messages[1]["content"]
+    assert f"| {run}~lomo | 35.0% | 50.0% |" in user
+    assert "Rows ending in ~lomo" in user and "WITHOUT its model" in user

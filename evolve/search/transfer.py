@@ -1,0 +1,105 @@
+"""The transfer loss: how a program prices a model whose runs its constants never saw.
+
+Why: a simulator is asked about models nobody measured, and a program whose constants
+carry the architecture (a per-model KV multiplier, a per-model step cost standing in for
+the weight read the search dropped) fits every measured model and transfers to none. The
+training loss cannot tell the two apart: each model's constants are fitted on that
+model's own runs. Measured on the five study archives of issue 11: the picks' own
+leave-one-model-out was 2-6 of 12 held-out runs within 10 %, and neither a stronger pull
+towards the global set (``fit.pool_strength`` 2 and 8) nor a unit check told transferable
+forms from the others. So the transfer has to be measured, per program, and priced.
+
+For every model with training runs, one global constant set is fitted on the *other*
+models' training runs and prices the held-out model's training runs, teacher forced. That
+is ``evolve generalize --mode lomo`` on the training split, cheapened: one teacher-forced
+CMA-ES start of ``fit.max_evals``, no closed-loop polish. A held-out model gets the global
+set in every scope, and a pooled fit fits that set first, on every run, before and
+independent of the models' own sets; so the fold fits the global set alone (bitwise the
+same set as the pooled fit's, at a quarter of its cost with three models left).
+The fitting seed comes from the program's id, so the transfer loss is a property of the
+program and the corpora: the child's fit, the last generation's polish, a corpus refresh's
+re-score and ``evolve replay`` all compute the same number.
+
+The held-out scores are stored with the program's metrics as ``<run>~lomo`` entries, split
+``transfer``, mode ``lomo_teacher_forced``; the transfer loss is the training loss's
+formula (RMS of mean-E2E and mean-TTFT APEs) over them. The search loss, which the grid,
+NSGA-II, the frontier and the pick's tolerance read, is then
+
+    sqrt(train^2 + transfer_weight * max(0, transfer - transfer_margin)^2)
+
+a hinge: transfer within the margin costs nothing, so a program is not pushed to give up
+accuracy on the measured models once it transfers well enough. Only training runs are read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from evaluator.api import RunMetrics
+from evolve.codegen import step_model
+from evolve.fitting import const_map, fit_program
+from evolve.language import Program
+
+SPLIT = "transfer"
+MODE = "lomo_teacher_forced"
+SUFFIX = "~lomo"
+
+
+def transfer_metrics(ctx: Any, program: Program) -> dict[str, RunMetrics]:
+    """Per training run, its teacher-forced metrics under constants fitted without its model
+    (``<run>~lomo`` -> metrics); empty when the training runs hold fewer than two models.
+
+    ``ctx`` is the run's :class:`evolve.search.context.RunContext`. Raises what fitting or
+    scoring raises (``ArithmeticError``, ``ValueError``, ``KeyError``); the caller turns it
+    into a rejection reason.
+    """
+    ev = ctx.evaluator
+    models = sorted({ev.by_name[n].model for n in ctx.train})
+    if len(models) < 2:
+        return {}
+    seed = int(program.id[:12], 16)
+    model = step_model(program)
+    out: dict[str, RunMetrics] = {}
+    for held in models:
+        rest = [n for n in ctx.train if ev.by_name[n].model != held]
+        mine = [n for n in ctx.train if ev.by_name[n].model == held]
+        fit = fit_program(program, ev, rest, "global", seed, ctx.max_evals, ctx.restarts,
+                          probes=ctx.probes, pool_strength=ctx.pool_strength,
+                          prior_strength=ctx.prior_strength)
+        groups = {str(g): {str(k): float(v) for k, v in c.items()}
+                  for g, c in fit.groups.items()}
+        if not groups:
+            raise ValueError(f"fit without {held} failed: {fit.status}")
+        for name, rm in ev.score(model, const_map(program, groups, ev.scenarios, "global"),
+                                 names=mine).items():
+            rm.split = SPLIT
+            out[name + SUFFIX] = rm
+    return out
+
+
+def fitting_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str = SPLIT
+                 ) -> float:
+    """The training loss's formula (``evaluator.api.loss``) over the stored entries of
+    ``split``: ``transfer`` gives the transfer loss, ``train`` the training loss; nan if
+    there are none, inf if any is invalid."""
+    rows = [m for _n, m in sorted((metrics or {}).items()) if m.get("split") == split]
+    if not rows:
+        return math.nan
+    acc = 0.0
+    for m in rows:
+        ape = m.get("ape") or {}
+        if not m.get("valid") or "e2e_mean" not in ape or "ttft_mean" not in ape:
+            return math.inf
+        acc += (float(ape["e2e_mean"]) ** 2 + float(ape["ttft_mean"]) ** 2) / 2.0
+    return math.sqrt(acc / len(rows))
+
+
+def search_loss(train: float, transfer: float, weight: float, margin: float) -> float:
+    """The loss the search ranks by (module docstring); the training loss when the
+    transfer is off (``weight`` 0) or unmeasured (nan: fewer than two models)."""
+    if weight <= 0 or math.isnan(transfer):
+        return train
+    excess = max(0.0, transfer - margin)
+    return math.sqrt(train * train + weight * excess * excess)
