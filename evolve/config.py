@@ -297,24 +297,14 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
     fin = math.isfinite
     ranges = {  # key: (in range, the allowed range in words)
         "run.seed": (0 <= cfg.run.seed < 2**63, "an integer in [0, 2^63)"),
-        "run.wall_time_s": (fin(cfg.run.wall_time_s) and cfg.run.wall_time_s >= 0,
-                            "a finite number >= 0"),
-        "run.head_seconds": (fin(cfg.run.head_seconds) and cfg.run.head_seconds >= 0,
-                             "a finite number >= 0"),
         "fit.slice_seconds": (fin(cfg.fit.slice_seconds) and cfg.fit.slice_seconds > 0,
-                              "a finite number > 0"),
-        "fit.slice_warmup_seconds": (fin(cfg.fit.slice_warmup_seconds)
-                                     and cfg.fit.slice_warmup_seconds >= 0,
-                                     "a finite number >= 0"),
-        "fit.pool_strength": (fin(cfg.fit.pool_strength) and cfg.fit.pool_strength >= 0,
-                              "a finite number >= 0"),
-        "fit.prior_strength": (fin(cfg.fit.prior_strength) and cfg.fit.prior_strength >= 0,
-                               "a finite number >= 0"),
-        "fit.transfer_weight": (fin(cfg.fit.transfer_weight) and cfg.fit.transfer_weight >= 0,
-                                "a finite number >= 0"),
-        "fit.transfer_margin": (fin(cfg.fit.transfer_margin) and cfg.fit.transfer_margin >= 0,
-                                "a finite number >= 0"),
-    }
+                              "a finite number > 0")}
+    for key in ("run.wall_time_s", "run.head_seconds", "fit.slice_warmup_seconds",
+                "fit.pool_strength", "fit.prior_strength", "fit.transfer_weight",
+                "fit.transfer_margin"):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        ranges[key] = (fin(value) and value >= 0, "a finite number >= 0")
     cpus = max(2, cpu_count())  # the default (2) is valid everywhere
     forced = cfg.run.force_workers or cfg.run.executor == "ray"  # Ray: its own CPU count
     edges = cfg.search.complexity_edges
