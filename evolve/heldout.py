@@ -10,7 +10,7 @@ training loss.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 MIN_FAILURES = 100.0
@@ -20,18 +20,42 @@ KEYS = ("e2e_mean", "ttft_mean", "itl_mean")
 def split_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str) -> float:
     """The held-out loss over the stored runs/slices of ``split`` (module docstring); nan
     if there are none, inf if any is invalid."""
+    def terms(m: Mapping[str, Any]) -> list[float] | None:
+        ape = m.get("ape") or {}
+        if any(k not in ape for k in KEYS):
+            return None
+        out = [float(ape[k]) for k in KEYS]
+        if float((m.get("meas") or {}).get("failures", 0.0)) >= MIN_FAILURES:
+            out.append(float(ape.get("failures", math.inf)))
+        return out
+    return _rms(metrics, split, terms)
+
+
+def fitting_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str) -> float:
+    """The training loss's formula (``evaluator.api.loss``: mean-E2E and mean-TTFT APEs)
+    over the stored entries of ``split``: ``train`` gives the training loss back,
+    ``transfer`` the transfer loss (``evolve.search.transfer``); nan if none, inf if any
+    is invalid."""
+    def terms(m: Mapping[str, Any]) -> list[float] | None:
+        ape = m.get("ape") or {}
+        ok = "e2e_mean" in ape and "ttft_mean" in ape
+        return [float(ape["e2e_mean"]), float(ape["ttft_mean"])] if ok else None
+    return _rms(metrics, split, terms)
+
+
+def _rms(metrics: Mapping[str, Mapping[str, Any]] | None, split: str,
+         terms: Callable[[Mapping[str, Any]], list[float] | None]) -> float:
+    """RMS over the entries of ``split`` of each entry's mean squared term; nan if there
+    are none, inf if one is invalid or lacks a term."""
     rows = [m for _n, m in sorted((metrics or {}).items()) if m.get("split") == split]
     if not rows:
         return math.nan
     acc = 0.0
     for m in rows:
-        ape = m.get("ape") or {}
-        if not m.get("valid") or any(k not in ape for k in KEYS):
+        t = terms(m) if m.get("valid") else None
+        if t is None:
             return math.inf
-        terms = [float(ape[k]) for k in KEYS]
-        if float((m.get("meas") or {}).get("failures", 0.0)) >= MIN_FAILURES:
-            terms.append(float(ape.get("failures", math.inf)))
-        acc += sum(t * t for t in terms) / len(terms)
+        acc += sum(x * x for x in t) / len(t)
     return math.sqrt(acc / len(rows))
 
 

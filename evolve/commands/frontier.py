@@ -29,10 +29,10 @@ def run(args: argparse.Namespace) -> int:
     from evolve.archive import Archive
     from evolve.archive.models import on_frontier
     from evolve.errors import ArchiveError
+    from evolve.heldout import fitting_loss
     from evolve.reporting import num, pct, print_json, short, split_errors, table
     from evolve.search.pareto import Frontier
     from evolve.search.selection import split_loss
-    from evolve.search.transfer import fitting_loss
 
     with Archive(args.archive, create=False) as archive:
         rid = args.run if args.run is not None else archive.latest_run_id()
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         ev = latest.get(r.program_id)
         errs = split_errors(ev.metrics if ev else None)
         metrics = ev.metrics if ev else None
-        transfer = fitting_loss(metrics)  # nan unless the run prices transfer
+        transfer = fitting_loss(metrics, "transfer")  # nan unless the run prices transfer
         members.append({"id": r.program_id, "complexity": r.complexity, "loss": r.loss,
                         "train_loss": r.loss if math.isnan(transfer)
                         else fitting_loss(metrics, "train"), "transfer_loss": transfer,

@@ -100,7 +100,7 @@ def _with_transfer(ctx: RunContext, program: Program, metrics: dict[str, dict[st
         return train_loss, f"transfer fit failed: {type(exc).__name__}: {exc}"
     for name in sorted(held):
         metrics[name] = held[name].to_dict() | {"mode": transfer.MODE}
-    t = transfer.fitting_loss(metrics)
+    t = transfer.fitting_loss(metrics, transfer.SPLIT)
     if not math.isnan(t) and not math.isfinite(t):
         bad = next(n for n in sorted(held) if not held[n].valid)
         return train_loss, f"invalid on {bad} (transfer): {held[bad].reason}"

@@ -34,13 +34,15 @@ accuracy on the measured models once it transfers well enough. Only training run
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from evaluator.api import RunMetrics
 from evolve.codegen import step_model
 from evolve.fitting import const_map, fit_program
+from evolve.heldout import fitting_loss
 from evolve.language import Program
+
+__all__ = ["MODE", "SPLIT", "SUFFIX", "fitting_loss", "search_loss", "transfer_metrics"]
 
 SPLIT = "transfer"
 MODE = "lomo_teacher_forced"
@@ -77,23 +79,6 @@ def transfer_metrics(ctx: Any, program: Program) -> dict[str, RunMetrics]:
             rm.split = SPLIT
             out[name + SUFFIX] = rm
     return out
-
-
-def fitting_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str = SPLIT
-                 ) -> float:
-    """The training loss's formula (``evaluator.api.loss``) over the stored entries of
-    ``split``: ``transfer`` gives the transfer loss, ``train`` the training loss; nan if
-    there are none, inf if any is invalid."""
-    rows = [m for _n, m in sorted((metrics or {}).items()) if m.get("split") == split]
-    if not rows:
-        return math.nan
-    acc = 0.0
-    for m in rows:
-        ape = m.get("ape") or {}
-        if not m.get("valid") or "e2e_mean" not in ape or "ttft_mean" not in ape:
-            return math.inf
-        acc += (float(ape["e2e_mean"]) ** 2 + float(ape["ttft_mean"]) ** 2) / 2.0
-    return math.sqrt(acc / len(rows))
 
 
 def search_loss(train: float, transfer: float, weight: float, margin: float) -> float:

@@ -73,7 +73,7 @@ def test_score_program_prices_transfer_only_when_weighted(small_scenarios):
     assert base.ok and not any(m["split"] == SPLIT for m in base.metrics.values())
     on = dataclasses.replace(off, transfer_weight=1.0, transfer_margin=0.0)
     priced = score_program(on, prog, base.groups)
-    t = fitting_loss(priced.metrics)
+    t = fitting_loss(priced.metrics, SPLIT)
     assert math.isfinite(t) and t > 0
     assert fitting_loss(priced.metrics, "train") == pytest.approx(base.loss, rel=1e-12)
     assert priced.loss == pytest.approx(math.hypot(base.loss, t), rel=1e-12)
@@ -83,7 +83,7 @@ def test_score_program_prices_transfer_only_when_weighted(small_scenarios):
     assert score_program(on, prog, base.groups, train_only=True).loss == base.loss
     # a property of the program: other constants, the same transfer
     other = {g: {k: v * 1.01 for k, v in c.items()} for g, c in base.groups.items()}
-    assert fitting_loss(score_program(on, prog, other).metrics) == t
+    assert fitting_loss(score_program(on, prog, other).metrics, SPLIT) == t
     # within the margin the search loss is the training loss
     wide = dataclasses.replace(on, transfer_margin=t + 0.01)
     assert score_program(wide, prog, base.groups).loss == pytest.approx(base.loss, rel=1e-12)
