@@ -39,9 +39,9 @@ def parent_view(books: Books, pid: str) -> Parent:
     pricing transfer, also its ``<run>~lomo`` rows: training runs priced by constants
     fitted without their model, :mod:`evolve.search.transfer`)."""
     info = books.state.info[pid]
-    train = {n: m for n, m in sorted(info.metrics.items()) if m.get("split") == "train"}
     shown = {n: m for n, m in sorted(info.metrics.items())
              if m.get("split") in ("train", TRANSFER)}
+    train = {n: m for n, m in shown.items() if m["split"] == "train"}
     errors: dict[str, dict[str, float]] = {}
     for n, m in shown.items():
         e = dict(m["ape"])

@@ -76,11 +76,9 @@ def transfer_metrics(ctx: RunContext, program: Program) -> dict[str, RunMetrics]
         fit = fit_program(program, ev, rest, "global", seed, ctx.max_evals, ctx.restarts,
                           probes=ctx.probes, pool_strength=ctx.pool_strength,
                           prior_strength=ctx.prior_strength)
-        groups = {str(g): {str(k): float(v) for k, v in c.items()}
-                  for g, c in fit.groups.items()}
-        if not groups:
+        if not fit.groups:
             raise ValueError(f"fit without {held} failed: {fit.status}")
-        for name, rm in ev.score(model, const_map(program, groups, ev.scenarios, "global"),
+        for name, rm in ev.score(model, const_map(program, fit.groups, ev.scenarios, "global"),
                                  names=mine).items():
             rm.split = SPLIT
             out[name + SUFFIX] = rm
