@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import sys
+from typing import TYPE_CHECKING
 
 from evolve.codegen import step_model
 from evolve.config import FitSection
@@ -24,6 +25,12 @@ from evolve.errors import UserError
 from evolve.heldout import normal_within
 from evolve.reporting import table
 from evolve.targets import infer_scope, load_target
+
+if TYPE_CHECKING:
+    from evaluator.api import Evaluator
+    from evolve.language import Program
+
+Groups = dict[str, dict[str, float]]
 
 HELP = "leave-one-model-out / leave-one-workload-out: fit on the rest, validate held out"
 
@@ -66,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_evals < 1 or args.polish_evals < 0:  # as `evolve fit`
         raise UserError("--max-evals must be >= 1 and --polish-evals >= 0")
     from evaluator.api import Evaluator, e2e_response
-    from evolve.fitting import closed_loop_fit, const_map, fit_program
-    from evolve.physics import probes_for
+    from evolve.fitting import const_map
 
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)
@@ -87,17 +93,8 @@ def run(args: argparse.Namespace) -> int:
         test = [s.name for s in ev.scenarios if key(s) == held]
         print(f"fold {held}: fit on {len(train)} runs, validate on {len(test)}",
               file=sys.stderr)
-        ev.refresh_corpora(model, const_map(program, start_groups, ev.scenarios, scope),
-                           names=train)
-        probes = probes_for(ev, train)  # the same physics penalty as the search's fits
-        fit = fit_program(program, ev, train, scope, seed=args.seed, max_evals=args.max_evals,
-                          probes=probes, prior_strength=args.prior, pool_strength=args.pool)
-        fitted = fit.groups
-        if args.polish_evals > 0:
-            fitted = closed_loop_fit(program, ev, train, scope, args.seed, start=fitted,
-                                     max_evals=args.polish_evals,
-                                     prior_strength=args.prior, pool_strength=args.pool,
-                                     probes=probes).groups
+        fitted = refit_fold(program, ev, train, scope, start_groups, args.seed,
+                            args.max_evals, args.polish_evals, args.prior, args.pool)
         fold_consts[held] = fitted
         consts = const_map(program, fitted, ev.scenarios, scope)
         sims = ev.simulate(model, consts, names=test)
@@ -129,6 +126,29 @@ def run(args: argparse.Namespace) -> int:
           + ("" if args.mode == "lowo" or label == "layered" else
              " (for a model nobody measured docs/selection.md uses the `layered` rule)"))
     return 0
+
+
+def refit_fold(program: Program, ev: Evaluator, train: list[str], scope: str,
+               start_groups: Groups, seed: int, max_evals: int, polish_evals: int,
+               prior: float, pool: float) -> Groups:
+    """One fold's constants: the fold's runs re-simulated with the program at
+    ``start_groups`` (its batches, not another model's), a teacher-forced fit with the
+    search's physics penalty, then a closed-loop polish. ``scripts/transfer_rank.py``
+    calls it too, so the figures it compares are this procedure's."""
+    from evolve.fitting import closed_loop_fit, const_map, fit_program
+    from evolve.physics import probes_for
+
+    model = step_model(program)
+    ev.refresh_corpora(model, const_map(program, start_groups, ev.scenarios, scope),
+                       names=train)
+    probes = probes_for(ev, train)  # the same physics penalty as the search's fits
+    fitted = fit_program(program, ev, train, scope, seed=seed, max_evals=max_evals,
+                         probes=probes, prior_strength=prior, pool_strength=pool).groups
+    if polish_evals > 0:
+        fitted = closed_loop_fit(program, ev, train, scope, seed, start=fitted,
+                                 max_evals=polish_evals, prior_strength=prior,
+                                 pool_strength=pool, probes=probes).groups
+    return fitted
 
 
 def _knee(v: dict[str, float] | None) -> str:

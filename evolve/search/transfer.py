@@ -30,9 +30,11 @@ NSGA-II, the frontier and the pick's tolerance read, is then
 a hinge: transfer within the margin costs nothing, so a program is not pushed to give up
 accuracy on the measured models once it transfers well enough. Only training runs are read.
 
-Off by default (``transfer_weight`` 0): on seed 7 it failed the rule set for a default
-before the runs, and over a run's hall of fame this transfer loss does not rank programs
-by their real leave-one-model-out (Spearman -0.13); docs/selection.md has the figures.
+Off by default (``transfer_weight`` 0): it failed the rules set for a default before the
+runs (on seed 7, then on the five seeds' normal runs), and over a run's hall of fame this
+transfer loss does not rank programs by their real leave-one-model-out (Spearman -0.13;
+``scripts/transfer_rank.py`` says why: that figure moves with which runs the folds are
+fitted on); docs/selection.md has the figures.
 """
 
 from __future__ import annotations
