@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,15 +47,10 @@ from evolve.search.corpora import refresh
 from evolve.search.setup import load_evaluator
 from evolve.search.transfer import transfer_metrics
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import cli  # the public CLI, as the README's results use it
+
 PROXIES = ("search", "lomo_train", "lomo")
-
-
-def cli(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "evolve.cli", *args], check=False,
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"evolve {' '.join(args)} failed:\n{out.stderr[-2000:]}")
-    return out.stdout
 
 
 def run_context(db: str, run_id: int | None, data: str) -> tuple[RunContext, dict[str, str]]:
