@@ -52,7 +52,19 @@ Simplifications (each measured or argued to be small here):
   its batch-summary event, with no GPU synchronisation in between, and nothing in it
   iterates the waiting queue; what lengthens it is not in the data. So those steps take
   at least 30-35 ms, and the simulation's steady steps 30-31.6 ms: the time is spent
-  server side, not in the load generator. The cause is open; no term for it here.
+  server side, not in the load generator. On the three training runs with step
+  timestamps the call's median jumps from 0.2-0.4 ms below 40 running to 3-6 ms from
+  56-72 running on, while the decode-only step period rises smoothly through the jump
+  (70B ``general``: 18.9, 20.1, 20.8 ms at 40-56, 56-72, 72-88 running): async
+  scheduling overlaps it with the GPU step, so training data cannot price it. Over the
+  reasoning runs' sampled steps (three are the test split, read for this diagnosis only)
+  it is 6.2 ms (7B), 12.5 ms (70B-hf), 26.1 ms (CodeLlama) and 32.0 ms (Mixtral); in the two
+  TP2 runs that is 97 % and 87 % of the measured per-token interval (26.8, 36.9 ms), so
+  those engines were close to bound by host time, which no step time of the batch follows.
+  Not a neighbour's load: by the pod addresses (``results/config.yaml``) none of the other
+  15 runs shared the Mixtral run's node. The fork's own step and request tracing
+  (OpenTelemetry, exported by a thread of the same process) may be part of it. The
+  cause is open, and only the validate run could price it; no term here.
   ``evolve validate`` prints the decode interval by admission time of every run that
   queues (``admission_drift`` in ``--json``), measured against simulated.
 * Output length is the load profile's ``output_len`` for every request (``ignore_eos``;
