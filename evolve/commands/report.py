@@ -30,11 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evolve.archive.engines import exists
     from evolve.errors import UserError
     from evolve.report import Options, Written, watch, write_report
     from evolve.targets import output_dir
 
-    if not Path(args.archive).exists():
+    if not exists(args.archive):  # a file must be there; a server URL is checked on open
         raise UserError(f"{args.archive}: archive not found "
                         "(run `evolve run` first, or pass --archive)")
     if args.interval <= 0:

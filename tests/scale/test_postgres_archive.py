@@ -43,6 +43,13 @@ def test_search_into_postgres_equals_sqlite(pg, sqlite_reference, tmp_path, caps
     assert capsys.readouterr().out == from_pg and "*" in from_pg
     assert main(["runs", "--archive", url]) == 0
     assert "finished" in capsys.readouterr().out
+    best = summary.best_id[:12]
+    assert main(["show", best, "--archive", url]) == 0
+    assert best in capsys.readouterr().out
+    assert main(["replay", best, "--archive", url]) == 0
+    out = tmp_path / "report"
+    assert main(["report", "--archive", url, "--out", str(out)]) == 0
+    assert best in (out / "index.html").read_text()
 
 
 def test_two_runs_write_one_postgres_archive_at_once(pg, sqlite_reference, tmp_path):
