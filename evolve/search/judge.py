@@ -38,7 +38,9 @@ def _clean(groups: Any) -> dict[str, dict[str, float]]:
 
 def score_program(ctx: RunContext, program: Program,
                   groups: dict[str, dict[str, float]], train_only: bool = False) -> Scored:
-    """Teacher-forced metrics of ``program`` with fixed constants on every scenario.
+    """Metrics of ``program`` with fixed constants on every scenario: under the default
+    closed-loop fitness, closed loop on the stage slices and on validate runs that queue
+    (whole); teacher forced elsewhere.
 
     ``train_only``: the training runs and slices alone (the same training loss and
     rejection reason, no held-out metrics), for choosing among the starts of a fit.
