@@ -168,6 +168,16 @@ def test_table_is_large_and_labels_unique():
     assert len({label for label, _, _ in BAD}) == len(BAD)
 
 
+def test_readme_counts_this_table():
+    """The README's "N hostile programs tested" is this table's size (it drifted once)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    counts = re.findall(r"\((\d+) hostile programs tested\)", readme)
+    assert counts == [str(len(BAD))]
+
+
 @pytest.fixture()
 def no_exec(monkeypatch):
     """Fail loudly if anything calls exec/eval/open/__import__ while checking a program."""
