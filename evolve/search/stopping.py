@@ -9,13 +9,19 @@ when the write has finished. Everything a run finished is journaled as it finish
 (:mod:`evolve.search.journal`), so stopping loses only the jobs still computing; the
 command prints how to resume and exits 128 + the signal number (130, 143).
 
-Worker processes ignore SIGINT (a terminal's Ctrl-C reaches the whole process group):
-the driver decides when to stop, and terminates them.
+Worker processes leave the driver's process group (their own session) and ignore SIGINT:
+the driver decides when to stop, and terminates them. Why: a terminal's Ctrl-C, or
+coreutils ``timeout`` (the signal to the process, then to its whole group), used to reach
+the workers too; an idle worker waits for its next job inside the pool's queue lock, and
+one killed there left the lock taken, so stopping the pool hung forever. For the same
+reason the driver acts on the first stop signal only: a second one (``timeout`` sends two)
+must not cut short the cleanup that marks the run ``interrupted`` and releases its lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -40,26 +46,35 @@ class StopRequested(BaseException):
 
 _critical_depth = 0
 _pending: int | None = None
+_stopping = False  # a stop was raised: later signals are ignored while it unwinds
+
+
+def _stop(signum: int) -> StopRequested:
+    global _stopping
+    _stopping = True
+    return StopRequested(signum)
 
 
 def _handler(signum: int, _frame: FrameType | None) -> None:
     global _pending
+    if _stopping:
+        return
     if _critical_depth > 0:
         _pending = signum
         return
-    raise StopRequested(signum)
+    raise _stop(signum)
 
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """Turn SIGINT/SIGTERM into :class:`StopRequested` for the duration (main thread
     only; elsewhere this does nothing)."""
-    global _pending
+    global _pending, _stopping
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
-    _pending = None
+    _pending, _stopping = None, False
     try:
         yield
     finally:
@@ -81,10 +96,13 @@ def critical() -> Iterator[None]:
         _critical_depth -= 1
         if _critical_depth == 0 and _pending is not None:
             signum, _pending = _pending, None
-            raise StopRequested(signum)
+            raise _stop(signum)
 
 
 def worker_signals() -> None:
-    """In a worker process: ignore SIGINT, die on SIGTERM (the driver decides)."""
+    """In a worker process: out of the driver's process group, ignore SIGINT, die on
+    SIGTERM (the driver's ``Pool.terminate``; the module docstring says why)."""
+    with contextlib.suppress(OSError):  # already a group leader: nothing to leave
+        os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

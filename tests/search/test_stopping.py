@@ -1,0 +1,80 @@
+"""Stop signals during a run: the first one stops it, a repeat does not cut the cleanup
+short, and a signal to the whole process group (a terminal's Ctrl-C, coreutils
+``timeout``) cannot kill the workers inside the pool's queue lock and hang the stop."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from evolve.search.stopping import StopRequested, critical, stop_signals
+
+POOL_SCRIPT = textwrap.dedent("""
+    import os, signal, threading, time
+    from evolve.search.pool import FitPool
+
+    def ident(_ctx, x):
+        return x
+
+    if __name__ == "__main__":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the driver survives the signal
+        pool = FitPool(object(), 2)
+        assert pool.apply(ident, [(1,), (2,), (3,)]) == [1, 2, 3]
+        time.sleep(0.5)  # idle workers: one waits for a job inside the queue's lock
+        os.killpg(os.getpgrp(), signal.SIGTERM)  # what `timeout` sends after the process
+        time.sleep(0.5)
+        done = threading.Event()
+        threading.Thread(target=lambda: (pool.reset(), done.set()), daemon=True).start()
+        print("reset" if done.wait(20) else "hung", flush=True)
+        os._exit(0)
+""")
+
+
+def test_first_signal_stops_and_a_repeat_is_ignored_while_stopping():
+    cleaned = False
+    with pytest.raises(StopRequested) as info, stop_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10_000_000):  # the handler runs at the next bytecode
+                pass
+            raise AssertionError("SIGTERM did not stop")
+        except StopRequested:
+            os.kill(os.getpid(), signal.SIGINT)  # a second signal during the cleanup
+            for _ in range(100_000):
+                pass
+            cleaned = True
+            raise
+    assert info.value.exit_code == 143 and cleaned
+
+
+def test_a_signal_inside_critical_is_raised_when_it_ends():
+    steps = []
+    with pytest.raises(StopRequested) as info, stop_signals():
+        with critical():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100_000):
+                pass
+            steps.append("write finished")
+        steps.append("not reached")
+    assert steps == ["write finished"] and info.value.exit_code == 130
+
+
+def test_a_group_signal_leaves_the_workers_alone_and_the_pool_stops(tmp_path):
+    script = tmp_path / "pool_script.py"
+    script.write_text(POOL_SCRIPT)
+    out = tmp_path / "out.txt"
+    with out.open("w") as fh:  # a file, not a pipe: a hung worker would hold a pipe open
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            assert proc.wait(timeout=90) == 0, out.read_text()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert out.read_text().strip() == "reset"
