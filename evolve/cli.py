@@ -8,10 +8,11 @@ Errors are handled here, once, for every command (so a new command cannot forget
 
 * expected errors (:func:`expected_error`: ``evolve.errors``: bad config, unknown ids,
   rejected programs, archive problems; ``evaluator.api.DataError``: bad data; a database
-  that refuses an operation) are one line, exit code 2;
+  that refuses an operation or is corrupt, named) are one line, exit code 2;
 * anything else is a bug: one line naming the file the full traceback was written to,
   exit code 1 (a user should never have to read a traceback, but a maintainer needs one);
-* a reader that leaves early (``| head``) ends quietly (141); Ctrl-C outside a run is 130.
+* a reader that leaves early (``| head``) ends quietly (141); Ctrl-C outside a run is 130,
+  also when it lands inside compiled code (numba reports it as a ``SystemError``).
 """
 
 from __future__ import annotations
@@ -84,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evolve {name}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the one place that decides how errors look
-        line = expected_error(exc)
+        if _interrupted(exc):
+            print(f"evolve {name}: interrupted", file=sys.stderr)
+            return 130
+        line = expected_error(exc, getattr(args, "archive", None))
         if line is not None:
             print(f"evolve {name}: error: {line}", file=sys.stderr)
             return 2
@@ -94,19 +98,35 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def expected_error(exc: BaseException) -> str | None:
-    """The one-line message of an expected error, or None for a bug."""
+def expected_error(exc: BaseException, archive: object = None) -> str | None:
+    """The one-line message of an expected error, or None for a bug (``archive``: the
+    command's ``--archive``, named when the database is at fault)."""
     from evaluator.api import DataError
     from evolve.errors import EvolveError
 
     if isinstance(exc, EvolveError | DataError):
         return _first_line(exc)
-    if "sqlalchemy" in sys.modules:  # a database that refused (locked, full, gone)
-        from sqlalchemy.exc import OperationalError
+    if "sqlalchemy" in sys.modules:  # a database that refused (locked, full, gone, corrupt)
+        from sqlalchemy.exc import DatabaseError, OperationalError
 
-        if isinstance(exc, OperationalError):
-            return f"archive database error: {_first_line(getattr(exc, 'orig', None) or exc)}"
+        if isinstance(exc, OperationalError) or type(exc) is DatabaseError:
+            where = f"{archive}: " if isinstance(archive, str) and "://" not in archive else ""
+            return (f"{where}archive database error: "
+                    f"{_first_line(getattr(exc, 'orig', None) or exc)}")
     return None
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C inside compiled code (numba's dispatcher reports the KeyboardInterrupt as a
+    SystemError "returned a result with an exception set", the interrupt chained)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def write_traceback(name: str, argv: list[str], exc: BaseException) -> str:

@@ -100,3 +100,16 @@ def test_a_read_only_filesystem_too():
         pytest.skip("no /sys here")
     with pytest.raises(ArchiveError, match="cannot create it in /sys"):
         Archive("/sys/evolve-test.db")
+
+
+@pytest.mark.parametrize("command", [["frontier"], ["show", "0"]])
+def test_a_corrupt_page_inside_a_valid_header_is_one_line(finished, command, capsys):
+    """The header and schema read fine; the rows a command reads do not (a disk fault)."""
+    size = finished.stat().st_size
+    with finished.open("r+b") as fh:
+        fh.seek(size * 2 // 5)
+        fh.write(b"\0" * (size // 5))
+    code = main([*command, "--archive", str(finished)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and str(finished) in err[0], err
+    assert "malformed" in err[0] or "corrupt" in err[0], err

@@ -63,3 +63,29 @@ def test_every_registered_command_goes_through_the_one_handler():
         mod = importlib.import_module(module)
         assert callable(mod.run) and callable(mod.add_arguments), name
         assert "sys.exit(" not in inspect.getsource(mod), name
+
+
+def _interrupt_in_compiled_code() -> SystemError:
+    """What numba's dispatcher raises on Ctrl-C: SystemError, the interrupt its cause."""
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as ki:
+            raise SystemError("CPUDispatcher(<function _run>) returned a result with an "
+                              "exception set") from ki
+    except SystemError as exc:
+        return exc
+
+
+def test_ctrl_c_inside_compiled_code_is_an_interrupt_not_a_bug(monkeypatch, capsys):
+    _command(monkeypatch, _interrupt_in_compiled_code())
+    assert cli.main(["brand-new"]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["evolve brand-new: interrupted"]
+
+
+def test_a_system_error_without_an_interrupt_is_still_a_bug(monkeypatch, capsys):
+    _command(monkeypatch, SystemError("returned a result with an exception set"))
+    assert cli.main(["brand-new"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: SystemError" in err
+    Path(err.strip().rsplit("full traceback in ", 1)[1].rstrip(")")).unlink()
