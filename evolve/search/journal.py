@@ -50,10 +50,22 @@ class _SafeUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+# When a run stops, not what any job computes: ``--resume --generations N`` (or a new wall
+# time or budget) must find the jobs the interrupted run journaled.
+STOP_KNOBS = {"run": ("generations", "wall_time_s", "max_evaluations"),
+              "llm": ("max_total_tokens", "max_cost_usd")}
+
+
+def _job_config(stored: dict[str, Any]) -> dict[str, Any]:
+    """The run's stored config without its stop knobs."""
+    return {section: {k: v for k, v in values.items() if k not in STOP_KNOBS.get(section, ())}
+            if isinstance(values, dict) else values for section, values in stored.items()}
+
+
 def _canon(x: Any) -> Any:
     """A JSON-able form of a job's argument that depends on its content only."""
-    if hasattr(x, "stored_dict"):  # the run's Config: what can change results
-        return {"config": _canon(x.stored_dict())}
+    if hasattr(x, "stored_dict"):  # the run's Config: what can change a job's result
+        return {"config": _canon(_job_config(x.stored_dict()))}
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return {type(x).__name__: {f.name: _canon(getattr(x, f.name))
                                    for f in dataclasses.fields(x)}}

@@ -114,3 +114,35 @@ def test_a_stop_signal_journals_says_how_to_resume_and_exits_128_plus_n(
         _out, err = again.communicate(timeout=120)
         assert again.returncode == 0, err
         assert digest(db) == uninterrupted_digest
+
+
+def test_resume_with_more_generations_reuses_every_journaled_job(tmp_path, tiny_config_file):
+    """The README's ``evolve run --resume --generations N`` changes the stored config; the
+    journal keys must not (they once held ``run.generations``, and generation 0's
+    closed-loop refits were all computed again)."""
+    db = tmp_path / "g.db"
+    proc = evolve("run", "--config", str(tiny_config_file), "--archive", str(db))
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("run 1 -> ")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            refits = con.execute("SELECT count(*) FROM journal WHERE kind LIKE 'apply:%'"
+                                 ).fetchone()[0]
+        except sqlite3.OperationalError:
+            refits = 0
+        finally:
+            con.close()
+        if refits:
+            break
+        time.sleep(0.05)  # until a closed-loop refit of generation 0 is journaled
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    journaled = table_count(db, "journal")
+    again = evolve("run", "--resume", "1", "--generations", "4", "--archive", str(db))
+    _out, err = again.communicate(timeout=180)
+    assert again.returncode == 0, err
+    served = re.findall(r"gen 0: (\d+) jobs served from the journal", err)
+    assert served and int(served[0]) == journaled, (journaled, err)

@@ -30,6 +30,16 @@ def test_keys_depend_on_content_only():
     assert job_key("fit", "id", 1, None, "v1") != job_key("fit", "id", 1, None, "v2")
 
 
+def test_keys_ignore_when_the_run_stops():
+    """``--resume --generations N`` or a new wall time or budget must reuse the journal."""
+    c = Config()
+    c.run.generations, c.run.wall_time_s, c.run.max_evaluations = 7, 60.0, 90
+    c.llm.max_total_tokens, c.llm.max_cost_usd = 1000, 2.5
+    assert job_key("apply", c, "src") == job_key("apply", Config(), "src")
+    c.fit.polish_evals += 1  # this one changes what a refit computes
+    assert job_key("apply", c, "src") != job_key("apply", Config(), "src")
+
+
 def test_a_journal_entry_that_is_not_a_result_is_ignored_not_run(tmp_path, monkeypatch):
     flag = tmp_path / "pwned"
     monkeypatch.setenv("EVOLVE_TEST_PWNED", str(flag))
