@@ -257,8 +257,10 @@ def _search(cfg: Config, resume: int | None, report: str | None, break_lock: boo
 def _summary(cfg: Config, s: RunSummary, where: str) -> int:
     from evolve.reporting import num, short
 
+    now = s.evaluations if s.session_evaluations is None else s.session_evaluations
+    total = "" if now == s.evaluations else f" ({s.evaluations} in the run)"
     print(f"run {s.run_id}: {s.status} after generation {s.generations_done}; "
-          f"{s.evaluations} children fitted in {s.elapsed_s:.0f} s; best {short(s.best_id)} "
+          f"{now} children fitted in {s.elapsed_s:.0f} s{total}; best {short(s.best_id)} "
           f"loss {num(s.best_loss)}; pick {short(s.pick_id)}", flush=True)
     if s.llm_fallback_generation is not None:
         print(f"run {s.run_id}: the LLM endpoint failed in generation "

@@ -67,6 +67,7 @@ class RunSummary:
     pick_id: str | None
     elapsed_s: float
     llm_fallback_generation: int | None = None  # the LLM operator fell back to offline here
+    session_evaluations: int | None = None  # fitted by this process (a resume: fewer)
 
 
 class _Stop(Exception):
@@ -136,6 +137,10 @@ class Search:
                 rebuild_corpus(books, self.ctx,
                                [r for r in books.state.corpus_rows if r.adopted][-1])
         st = books.state
+        fitted0 = st.n_fitted
+        if start > 0 and start > cfg.run.generations:
+            self.log(f"run {self.run_id}: generation {start - 1} is done, the configuration "
+                     f"asks for {cfg.run.generations}; nothing to compute")
         if self.journal.loaded:
             self.log(f"run {self.run_id}: {self.journal.loaded} finished jobs of generation "
                      f"{start} in the journal")
@@ -168,10 +173,10 @@ class Search:
                     self.journal.hits = 0
                 if bar is not None:
                     best = st.grid.best()
+                    rate = (st.n_fitted - fitted0) / (time.monotonic() - self.t0)
                     bar.update(1)
                     bar.set_postfix(best=f"{best.loss:.4f}" if best else "-",
-                                    frontier=len(books.frontier()),
-                                    evals_s=f"{st.n_fitted / (time.monotonic() - self.t0):.2f}")
+                                    frontier=len(books.frontier()), evals_s=f"{rate:.2f}")
                 if cfg.run.wall_time_s > 0 and time.monotonic() - self.t0 > cfg.run.wall_time_s:
                     status = "stopped:wall_time" if g < cfg.run.generations else "finished"
                     break
@@ -197,7 +202,7 @@ class Search:
                           best.program_id if best else None,
                           best.loss if best else float("inf"),
                           pick.program_id if pick else None, time.monotonic() - self.t0,
-                          self.fallback_generation)
+                          self.fallback_generation, st.n_fitted - fitted0)
 
     def _budget_exhausted(self) -> str:
         cfg, st = self.cfg, self.books.state

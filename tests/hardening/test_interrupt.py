@@ -146,3 +146,13 @@ def test_resume_with_more_generations_reuses_every_journaled_job(tmp_path, tiny_
     assert again.returncode == 0, err
     served = re.findall(r"gen 0: (\d+) jobs served from the journal", err)
     assert served and int(served[0]) == journaled, (journaled, err)
+
+
+def test_resuming_a_run_past_its_generations_says_there_is_nothing_to_do(finished):
+    """And its summary counts this process's children apart from the run's."""
+    proc = evolve("run", "--resume", "1", "--generations", "1", "--archive", str(finished))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "generation 1 is done, the configuration asks for 1; nothing to compute" in err
+    total = re.findall(r"0 children fitted in \d+ s \((\d+) in the run\)", out)
+    assert total and int(total[0]) > 0, out
