@@ -30,7 +30,10 @@ def _read_json(path: Path) -> Any:
         raise DataError(f"{path}: not valid JSON ({exc})") from None
 
 
-def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int, float)) -> Any:
+def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int, float),
+         positive: bool = False) -> Any:
+    """``obj[a][b]`` for ``dotted`` = "a.b", of type ``kind`` and finite (``positive``: and
+    above zero, for sizes and rates that divide); else a DataError naming file and field."""
     cur = obj
     for part in dotted.split("."):
         if not isinstance(cur, dict) or part not in cur:
@@ -40,6 +43,8 @@ def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int
         raise DataError(f"{path}: field '{dotted}' has wrong type {type(cur).__name__}")
     if isinstance(cur, (int, float)) and not isinstance(cur, bool) and not np.isfinite(cur):
         raise DataError(f"{path}: field '{dotted}' is not finite")
+    if positive and not cur > 0:
+        raise DataError(f"{path}: field '{dotted}' must be positive (got {cur})")
     return cur
 
 

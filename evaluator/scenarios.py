@@ -64,13 +64,16 @@ class ModelArch:
     @classmethod
     def load(cls, path: Path) -> ModelArch:
         cfg = _read_json(path)
-        g = lambda k: int(_get(cfg, path, k, int))  # noqa: E731
+        g = lambda k: int(_get(cfg, path, k, int, positive=True))  # noqa: E731
         return cls(name=path.parent.name, layers=g("num_hidden_layers"),
                    hidden=g("hidden_size"), heads=g("num_attention_heads"),
-                   kv_heads=int(cfg.get("num_key_value_heads", g("num_attention_heads"))),
+                   kv_heads=g("num_key_value_heads" if "num_key_value_heads" in cfg
+                             else "num_attention_heads"),
                    intermediate=g("intermediate_size"),
-                   n_experts=int(cfg.get("num_local_experts", 0) or 0),
-                   topk=int(cfg.get("num_experts_per_tok", 0) or 0), vocab=g("vocab_size"))
+                   n_experts=int(_get(cfg, path, "num_local_experts", int)
+                                 if cfg.get("num_local_experts") else 0),
+                   topk=int(_get(cfg, path, "num_experts_per_tok", int)
+                            if cfg.get("num_experts_per_tok") else 0), vocab=g("vocab_size"))
 
 
 @dataclass(frozen=True)
@@ -85,12 +88,14 @@ class Hardware:
     @classmethod
     def load(cls, path: Path) -> Hardware:
         hw = _read_json(path)
-        bf16 = float(_get(hw, path, "compute.bf16_tensor_core"))
+        def num(key: str) -> float:
+            return float(_get(hw, path, key, positive=True))  # each divides a component
+
         sparse = bool(hw.get("compute", {}).get("with_sparsity", False))
         return cls(name=str(hw.get("name", path.stem)),
-                   peak_flops=bf16 * 1e12 / (2.0 if sparse else 1.0),
-                   hbm_bw=float(_get(hw, path, "memory.bandwidth_tb_s")) * 1e12,
-                   nvlink_bw=float(_get(hw, path, "interconnect.nvlink_bandwidth_gb_s")) * 1e9)
+                   peak_flops=num("compute.bf16_tensor_core") * 1e12 / (2.0 if sparse else 1.0),
+                   hbm_bw=num("memory.bandwidth_tb_s") * 1e12,
+                   nvlink_bw=num("interconnect.nvlink_bandwidth_gb_s") * 1e9)
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,29 @@ def test_corrupt_json_and_missing_dir(data_path, tmp_path):
         load_scenarios(root)
     with pytest.raises(DataError, match="data directory not found"):
         data_dir(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(("kind", "dotted", "value"), [
+    ("hardware", "memory.bandwidth_tb_s", 0), ("hardware", "memory.bandwidth_tb_s", -3.35),
+    ("hardware", "interconnect.nvlink_bandwidth_gb_s", 0),
+    ("hardware", "compute.bf16_tensor_core", 0),
+    ("models", "num_hidden_layers", 0), ("models", "num_key_value_heads", 0),
+])
+def test_a_size_or_rate_that_divides_must_be_positive(data_path, tmp_path, kind, dotted,
+                                                      value):
+    """Zero once divided a component by zero (an internal error); a negative bandwidth was
+    accepted and fitted."""
+    root, _run = _copy_run(data_path, tmp_path)
+    for path in sorted((root / kind).rglob("*.json")):
+        doc = json.loads(path.read_text())
+        *parents, leaf = dotted.split(".")
+        node = doc
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+        path.chmod(0o644)
+        path.write_text(json.dumps(doc))
+    with pytest.raises(DataError) as err:
+        load_scenarios(root)
+    msg = str(err.value)
+    assert f"field '{dotted}' must be positive (got {value})" in msg and ".json" in msg
