@@ -148,7 +148,12 @@ def resolve_server(flags: ServerFlags, known: dict[str, tuple[int, str]],
         if int(val) <= 0:
             raise DataError(f"{flag}: must be positive, got {val}")
         vals[key] = int(val)
-    return Server(**vals), notes
+    server = Server(**vals)
+    if server.too_small():
+        rec = known.get("kv_blocks")
+        where = rec[1] if flags.kv_blocks is None and rec is not None else "--kv-blocks"
+        raise DataError(f"{where}: {server.too_small()}")
+    return server, notes
 
 
 _STAGE = re.compile(r"\s*([0-9.]+)\s*[x×*@]\s*([0-9.]+)\s*s?\s*")

@@ -43,7 +43,7 @@ def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int
         raise DataError(f"{path}: field '{dotted}' has wrong type {type(cur).__name__}")
     if isinstance(cur, (int, float)) and not isinstance(cur, bool) and not np.isfinite(cur):
         raise DataError(f"{path}: field '{dotted}' is not finite")
-    if positive and not cur > 0:
+    if positive and not (isinstance(cur, int | float) and cur > 0):
         raise DataError(f"{path}: field '{dotted}' must be positive (got {cur})")
     return cur
 

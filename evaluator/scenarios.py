@@ -109,6 +109,15 @@ class Server:
     block_size: int
     max_model_len: int = MAX_MODEL_LEN
 
+    def too_small(self) -> str | None:
+        """Why vLLM would refuse to start with this KV pool (it must hold one request of
+        ``max_model_len`` tokens), or None."""
+        tokens = self.kv_blocks * self.block_size
+        if tokens >= self.max_model_len:
+            return None
+        return (f"{self.kv_blocks} KV blocks x {self.block_size} tokens hold {tokens} tokens, "
+                f"fewer than max_model_len {self.max_model_len} (vLLM refuses to start)")
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -258,9 +267,13 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
     server = Server(tp=cfg("tensor_parallelism"), max_num_seqs=cfg("max_num_seqs"),
                     max_batched_tokens=cfg("max_num_batched_tokens"),
                     kv_blocks=cfg("kv_blocks_total_gpu"), block_size=cfg("block_size"))
-    for k in ("tp", "max_num_seqs", "max_batched_tokens", "kv_blocks", "block_size"):
+    for k, key in (("tp", "tensor_parallelism"), ("max_num_seqs", "max_num_seqs"),
+                   ("max_batched_tokens", "max_num_batched_tokens"),
+                   ("kv_blocks", "kv_blocks_total_gpu"), ("block_size", "block_size")):
         if getattr(server, k) <= 0:
-            raise DataError(f"{req_path}: field 'config' value {k} must be positive")
+            raise DataError(f"{req_path}: field 'config.{key}' must be positive")
+    if server.too_small():
+        raise DataError(f"{req_path}: field 'config.kv_blocks_total_gpu': {server.too_small()}")
     model_id = str(_get(doc, req_path, "model_id", str))
     split = str(_get(doc, req_path, "split", str))
     if split not in ("train", "validate", "test"):

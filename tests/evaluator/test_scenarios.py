@@ -55,6 +55,11 @@ REQ, GT = "requests.json", "ground_truth.json"
      "requests[17].input_tokens' missing or invalid ('591')"),
     (REQ, lambda d: d["requests"][2].__setitem__("has_error", None), "requests[2].has_error"),
     (REQ, lambda d: d["config"].__setitem__("block_size", "16"), "config.block_size"),
+    (REQ, lambda d: d["config"].__setitem__("tensor_parallelism", 0),
+     "field 'config.tensor_parallelism' must be positive"),
+    (REQ, lambda d: d["config"].__setitem__("kv_blocks_total_gpu", 5),
+     "field 'config.kv_blocks_total_gpu': 5 KV blocks x 16 tokens hold 80 tokens, fewer than "
+     "max_model_len 4096"),
     (REQ, lambda d: d["requests"][5].__setitem__("arrival_time_us", -5), "arrival_time_us"),
     (GT, lambda rows: rows[3].__setitem__("e2e_s", "x"), "'[3].e2e_s' missing or invalid ('x')"),
     (GT, lambda rows: rows[2].__setitem__("e2e_s", -1.5), "'[2].e2e_s' missing or invalid (-1.5)"),

@@ -116,6 +116,14 @@ def test_settings_missing_or_contradicting_the_header(tmp_path, capsys):
              needle="no shipped GPU of that name")
 
 
+def test_a_kv_pool_that_cannot_hold_one_request_is_refused(tmp_path, capsys):
+    """As vLLM refuses to start (it once ingested, and `evolve run` crashed on it)."""
+    h, _ = write(tmp_path / "t")
+    _refused(tmp_path, capsys, h, "--kv-blocks", "5",
+             needle="--kv-blocks: 5 KV blocks x 16 tokens hold 80 tokens, fewer than "
+                    "max_model_len")
+
+
 def test_prefix_groups_mixed_with_ungrouped_requests(tmp_path, capsys):
     header, cols = columns()
     cols["prefix_group"][4] = ""
