@@ -136,7 +136,7 @@ def read_header(path: Path) -> dict[str, Any]:
     return _check_header({} if doc is None else doc, Path(path))
 
 
-def _parse_rows(reader, path: Path, cols: list[str]) -> dict[str, list]:
+def _parse_rows(reader, path: Path, cols: list[str], n_head: int) -> dict[str, list]:
     data: dict[str, list] = {c: [] for c in cols}
     for i, row in enumerate(reader):
         where = f"{path}: row {i + 1} (line {reader.line_num})"
@@ -144,6 +144,8 @@ def _parse_rows(reader, path: Path, cols: list[str]) -> dict[str, list]:
             missing = cols[len(row)]
             raise DataError(f"{where}, field '{missing}': missing ({len(row)} columns, "
                             f"expected {len(cols)})")
+        if len(row) > n_head:  # BLIS's CSV reader refuses a row longer than the header
+            raise DataError(f"{where}: {len(row)} columns, the header has {n_head}")
         for j, col in enumerate(cols):
             raw = row[j]
             if col in INT_COLUMNS:
@@ -152,6 +154,8 @@ def _parse_rows(reader, path: Path, cols: list[str]) -> dict[str, list]:
                 if not _INT.fullmatch(raw):
                     raise DataError(f"{where}, field '{col}': not an integer: {raw!r}")
                 val: Any = int(raw)
+                if not -(2**62) <= val <= 2**62:  # an int64 column, with room for sums
+                    raise DataError(f"{where}, field '{col}': out of range: {raw}")
                 if val < 0 and INT_COLUMNS[col]:
                     raise DataError(f"{where}, field '{col}': negative value {val}")
             elif col == "streaming":
@@ -190,7 +194,7 @@ def read_tracev2(header_path: str | Path, data_path: str | Path) -> TraceV2:
                     raise DataError(f"{data_path}: line 1, field '{col}': expected as column "
                                     f"{j + 1} (BLIS reads columns by position), found "
                                     f"{head[j] if j < len(head) else 'nothing'!r}")
-            data = _parse_rows(reader, data_path, cols)
+            data = _parse_rows(reader, data_path, cols, len(head))
     except FileNotFoundError:
         raise DataError(f"{data_path}: file not found") from None
     except (csv.Error, UnicodeDecodeError) as exc:

@@ -54,6 +54,7 @@ BAD_CELLS = [
     (8, "deadline_us", "1", "precedes arrival_time_us"),
     (2, "request_id", "100", "duplicate id 100"),
     (1, "status", "", "status"),
+    (2, "input_tokens", "99999999999999999999999", "out of range"),  # once an OverflowError
 ]
 
 
@@ -66,6 +67,17 @@ def test_bad_cell_names_file_row_and_field(tmp_path, row, col, value, needle):
     msg = str(exc.value)
     assert str(d) in msg and f"row {row + 1}" in msg and f"'{col}'" in msg and needle in msg
     assert "\n" not in msg
+
+
+def test_a_row_longer_than_the_header_is_refused(tmp_path):
+    """BLIS's CSV reader refuses it; so does ingest (it once took the row)."""
+    h, d = write(tmp_path / "t")
+    lines = d.read_text().splitlines()
+    lines[3] += ",extra"
+    d.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError) as exc:
+        read_tracev2(h, d)
+    assert f"{d}: row 3 (line 4): " in str(exc.value) and "the header has" in str(exc.value)
 
 
 def test_finished_before_it_arrived(tmp_path):
