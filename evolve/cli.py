@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import importlib
 import os
 import sys
 import tempfile
 import traceback
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
@@ -106,6 +109,9 @@ def expected_error(exc: BaseException, archive: object = None) -> str | None:
 
     if isinstance(exc, EvolveError | DataError):
         return _first_line(exc)
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL:  # the machine, not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}cannot write ({exc.strerror})"
     if "sqlalchemy" in sys.modules:  # a database that refused (locked, full, gone, corrupt)
         from sqlalchemy.exc import DatabaseError, OperationalError
 

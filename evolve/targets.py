@@ -77,6 +77,15 @@ def output_file(path: str | Path, flag: str) -> Path:
     return out
 
 
+def write_file(path: str | Path, text: str, flag: str) -> None:
+    """Write ``text`` to a file ``output_file`` checked; a disk that fills up meanwhile is
+    one line naming the flag, not a traceback."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write ({exc.strerror})") from None
+
+
 def output_dir(path: str | Path, flag: str) -> Path:
     """Create (if needed) and check, before any work, a directory to write files into
     (by writing a temporary file there: see ``output_file``)."""

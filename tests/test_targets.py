@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from evolve.errors import UserError
-from evolve.targets import SEEDS_DIR, load_target, seed_path
+from evolve.targets import SEEDS_DIR, load_target, seed_path, write_file
 
 
 def _args(program: str, tmp_path) -> argparse.Namespace:
@@ -27,3 +27,11 @@ def test_hex_names_and_unknown_names_go_to_the_archive(tmp_path):
     assert seed_path("linear") == SEEDS_DIR / "linear.py"
     with pytest.raises(UserError, match="archive not found"):
         load_target(_args("no_such_seed", tmp_path))
+
+
+def test_a_full_disk_is_one_line_naming_the_flag(tmp_path):
+    """/dev/full (Linux) fails every write with ENOSPC."""
+    with pytest.raises(UserError, match=r"^--save-constants /dev/full: cannot write \(No space"):
+        write_file("/dev/full", "{}" * 10_000, "--save-constants")
+    write_file(tmp_path / "c.json", "{}", "--save-constants")
+    assert (tmp_path / "c.json").read_text() == "{}"

@@ -214,7 +214,7 @@ def _kernels(prog: Any, data: str | None, infos: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     from evolve.errors import ExportError, UserError
     from evolve.export.go import export_go
-    from evolve.targets import output_file, program_file
+    from evolve.targets import output_file, program_file, write_file
 
     if args.output:  # an unwritable path is found now, not after the work
         output_file(args.output, "-o")
@@ -241,10 +241,7 @@ def run(args: argparse.Namespace) -> int:
     except ExportError as exc:
         raise UserError(str(exc)) from None
     if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"-o {args.output}: cannot write ({exc.strerror})") from None
+        write_file(args.output, text, "-o")
         print(f"wrote {args.output} ({prog.id[:12]}, {scope}: {', '.join(sorted(consts))})",
               file=sys.stderr)
     else:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from evolve.codegen import step_model
 from evolve.errors import UserError
-from evolve.targets import SEEDS_DIR, available_seeds, output_file, program_file
+from evolve.targets import SEEDS_DIR, available_seeds, output_file, program_file, write_file
 
 HELP = "fit a program's constants and print its per-run table"
 SPLIT_ORDER = ("train", "validate", "test")
@@ -164,8 +164,8 @@ def run(args: argparse.Namespace) -> int:
     consts = const_map(program, res.groups, ev.scenarios, args.scope)
     _check_finite(program, model, ev, consts, path, "fitted")
     if args.save_constants:
-        Path(args.save_constants).write_text(json.dumps(res.groups, indent=1, sort_keys=True)
-                                             + "\n")
+        write_file(args.save_constants,
+                   json.dumps(res.groups, indent=1, sort_keys=True) + "\n", "--save-constants")
         say(f"wrote {args.save_constants} ({args.scope}: {', '.join(sorted(res.groups))})")
     all_names = ev.names()
     if args.closed_loop:

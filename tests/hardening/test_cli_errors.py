@@ -89,3 +89,13 @@ def test_a_system_error_without_an_interrupt_is_still_a_bug(monkeypatch, capsys)
     err = capsys.readouterr().err
     assert "internal error: SystemError" in err
     Path(err.strip().rsplit("full traceback in ", 1)[1].rstrip(")")).unlink()
+
+
+def test_a_disk_that_fills_up_is_one_line_exit_2(monkeypatch, capsys):
+    import errno
+
+    _command(monkeypatch, OSError(errno.ENOSPC, "No space left on device", "runs/report/a.svg"))
+    assert cli.main(["brand-new"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["evolve brand-new: error: runs/report/a.svg: cannot write (No space left on "
+                   "device)"], err
