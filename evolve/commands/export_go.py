@@ -127,18 +127,28 @@ def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]
     return prog, consts, scope, meta
 
 
+_MODES = {"closed_loop_slice": "closed loop", "closed_loop": "closed loop",
+          "teacher_forced": "teacher forced", "lomo_teacher_forced": "teacher forced"}
+
+
 def _summary(metrics: dict[str, Any] | None) -> dict[str, str]:
-    """Mean APE of E2E and TTFT per split, as header lines."""
+    """Mean APE of E2E and TTFT per split, as header lines, saying how they were scored
+    (the stored ``mode``; metrics stored before it existed were teacher forced)."""
     out: dict[str, str] = {}
-    by: dict[str, list[tuple[float, float]]] = {}
+    by: dict[str, list[tuple[float, float, str]]] = {}
     for m in (metrics or {}).values():
         ape = m.get("ape") or {}
         if ape.get("e2e_mean") is not None and ape.get("ttft_mean") is not None:
-            by.setdefault(m.get("split", "?"), []).append((ape["e2e_mean"], ape["ttft_mean"]))
+            by.setdefault(m.get("split", "?"), []).append(
+                (ape["e2e_mean"], ape["ttft_mean"], str(m.get("mode", "teacher_forced"))))
     for split, vals in sorted(by.items()):
         e2e = sum(v[0] for v in vals) / len(vals)
         ttft = sum(v[1] for v in vals) / len(vals)
-        out[f"Scores ({split}, {len(vals)} runs, teacher forced)"] = (
+        modes = {v[2] for v in vals}
+        what = ("stage slices" if modes == {"closed_loop_slice"} else
+                "runs" if "closed_loop_slice" not in modes else "runs and slices")
+        how = " and ".join(sorted({_MODES.get(x, x) for x in modes}))
+        out[f"Scores ({split}, {len(vals)} {what}, {how})"] = (
             f"mean APE E2E {100 * e2e:.2f} %, TTFT {100 * ttft:.2f} %")
     return out
 

@@ -173,7 +173,8 @@ def test_cli_from_archive(tmp_path, capsys):
 
     prog = parse_program((ROOT / "seeds" / "linear.py").read_text())
     consts = {m[0]: {n: 1.0 + j for j, n in enumerate(prog.const_names)} for m in MODELS}
-    metrics = {"run-a": {"split": "train", "ape": {"e2e_mean": 0.1, "ttft_mean": 0.3}},
+    metrics = {"run-a@0-120s": {"split": "train", "ape": {"e2e_mean": 0.1, "ttft_mean": 0.3},
+                                "mode": "closed_loop_slice"},
                "run-b": {"split": "test", "ape": {"e2e_mean": 0.2, "ttft_mean": 0.4}}}
     db = tmp_path / "a.db"
     with Archive(db) as a:
@@ -191,6 +192,7 @@ def test_cli_from_archive(tmp_path, capsys):
     assert "// Archive: a.db, run 1 (seed 7), generation 0, operator seed" in text
     assert "// Train loss: 0.25" in text
     assert "// Scores (test, 1 runs, teacher forced): mean APE E2E 20.00 %, TTFT 40.00 %" in text
+    assert "// Scores (train, 1 stage slices, closed loop): mean APE E2E 10.00 %" in text
     assert "Constant scope: per_model (codellama-34b, llama-2-70b, llama-2-7b, mixtral-8x7b)" \
         in text
     assert '"meta-llama/llama-2-7b-hf"' in text  # aliases from the data directory
