@@ -260,6 +260,8 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 
 def _type_name(tp: Any) -> str:
+    if typing.get_args(tp):  # dict[str, float], not "dict": the bare name hid what was wrong
+        return str(tp).replace("typing.", "")
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 

@@ -62,6 +62,7 @@ def test_stored_dict_round_trip():
     ("[llm]\ntemperture = 1.0\n", "unknown key 'llm.temperture'"),
     ("[llm]\ncassette_mode = 'replay'\n", "section 'llm'"),
     ("run = 3\n", "key 'run' must be a table"),
+    ("[llm]\nprices = {a = 'x'}\n", "key 'llm.prices' expects dict[str, tuple[float, float]]"),
     ("[run\n", "not valid TOML"),
 ])
 def test_bad_config_is_one_line_naming_file_and_key(tmp_path, text, needle):

@@ -34,6 +34,9 @@ def generation_zero(books: Books, ctx: RunContext, cfg: Config, pool: Executor,
     stems = [s for s, _ in seeds]
     boot = seeds[stems.index(cfg.search.bootstrap_seed)][1] if \
         cfg.search.bootstrap_seed in stems else seeds[0][1]
+    if cfg.search.bootstrap_seed and cfg.search.bootstrap_seed not in stems:
+        log(f"run {books.run_id}: search.bootstrap_seed {cfg.search.bootstrap_seed!r} is not "
+            f"among the seeds ({', '.join(stems)}); the first, {stems[0]!r}, stands in")
     init = {"global": dict(zip(boot.const_names, map(float, boot.init_vector()),
                                strict=True))}
     log(f"run {books.run_id}: simulating {len(ctx.names)} runs with seed "
