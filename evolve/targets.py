@@ -40,6 +40,14 @@ def program_file(spec: str) -> Path | None:
     return path if path.is_file() else seed_path(spec)
 
 
+def check_id_spec(spec: str, archive: str) -> None:
+    """A name that is no file and no seed must be an id prefix (hex) to look up in the
+    archive; say all three choices rather than "ids are hex" alone."""
+    if not re.fullmatch(r"[0-9a-fA-F]{1,64}", spec.strip()):
+        raise UserError(f"{spec}: not a program file, a seed name "
+                        f"({', '.join(available_seeds())}) or a program id in {archive}")
+
+
 def parse_stored(source: str, program_id: str, where: str) -> Program:
     """An archived program's stored source, checked again: a source that no longer passes
     the checker (the language changed, or the archive was edited) is one line naming the
@@ -142,6 +150,7 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
     from evolve.archive.engines import exists
     from evolve.archive.store import Archive
 
+    check_id_spec(args.program, args.archive)
     if not exists(args.archive):
         raise UserError(f"{args.archive}: archive not found "
                         "(run `evolve run` first, or pass --archive)")

@@ -26,6 +26,9 @@ def test_hex_names_and_unknown_names_go_to_the_archive(tmp_path):
     assert seed_path("no_such_seed") is None
     assert seed_path("linear") == SEEDS_DIR / "linear.py"
     with pytest.raises(UserError, match="archive not found"):
+        load_target(_args("beef", tmp_path))
+    with pytest.raises(UserError, match=r"^no_such_seed: not a program file, a seed name \(.*"
+                                        r"linear.*\) or a program id in "):
         load_target(_args("no_such_seed", tmp_path))
 
 

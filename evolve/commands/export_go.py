@@ -159,6 +159,8 @@ def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, A
     from evolve.targets import parse_stored
 
     with Archive(args.archive, create=False) as archive:
+        if args.run is not None:
+            archive.run(args.run)  # "no run N" before "program ... is not in run N"
         pid = archive.resolve_id(args.id)
         rows = archive.program(pid, args.run)
         if not rows:
@@ -224,13 +226,15 @@ def _kernels(prog: Any, data: str | None, infos: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     from evolve.errors import ExportError, UserError
     from evolve.export.go import export_go
-    from evolve.targets import output_file, program_file, write_file
+    from evolve.targets import check_id_spec, output_file, program_file, write_file
 
     if args.output:  # an unwritable path is found now, not after the work
         output_file(args.output, "-o")
     path = program_file(args.id)  # a file, or a seed name (as fit, validate, generalize)
     if path is not None:
         args.id = str(path)
+    else:
+        check_id_spec(args.id, args.archive)
     source = _from_file if path is not None else _from_archive
     prog, consts, scope, meta = source(args)
     infos = group_infos(scope, sorted(consts), model_names(args.data))
