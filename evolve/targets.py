@@ -73,7 +73,8 @@ def output_file(path: str | Path, flag: str) -> Path:
     if out.is_dir():
         raise UserError(f"{flag} {out}: is a directory")
     if not out.parent.is_dir():
-        raise UserError(f"{flag} {out}: directory {out.parent} does not exist")
+        what = "is not a directory" if out.parent.exists() else "does not exist"
+        raise UserError(f"{flag} {out}: {out.parent} {what}")
     existed = out.exists()
     try:
         with open(out, "a", encoding="utf-8"):

@@ -72,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
         start = args.start or 0.0
         end = args.end if args.end is not None else sc.arrival_us[-1] / 1e6 + 1.0
         if not 0 <= start < end:
-            raise UserError("--from/--to: need 0 <= from < to")
+            last = sc.arrival_us[-1] / 1e6
+            raise UserError(f"--from {start:g}" + (f" --to {end:g}" if args.end is not None else
+                            f": the last request of {name} arrives at {last:.1f} s")
+                            + ": need 0 <= from < to")
         keep = (sc.arrival_us >= start * 1e6) & (sc.arrival_us < end * 1e6)
         status = sc.meta.get("status")
         sc = sc.window(start, end)

@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
                         "(run `evolve run` first, or pass --archive)")
     if args.interval <= 0:
         raise UserError("--interval must be positive")
+    from evolve.archive import Archive
+
+    with Archive(args.archive, create=False) as ar:  # a bad archive or run: before --out
+        ar.run(args.run if args.run is not None else ar.latest_run_id())
     opts = Options(cassette=args.cassette, validate_dir=args.validate_dir)
     output_dir(args.out, "--out")
     index = Path(args.out) / "index.html"

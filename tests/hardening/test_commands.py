@@ -70,7 +70,15 @@ def test_a_stored_source_that_no_longer_passes_the_checker(finished, command, ca
 def test_export_go_to_a_missing_directory_fails_before_the_work(finished, capsys):
     assert main(["export-go", "0", "--archive", str(finished), "-o",
                  "/nonexistent_dir/x.go"]) == 2
-    assert "directory /nonexistent_dir does not exist" in _one_line(capsys)
+    assert "/nonexistent_dir does not exist" in _one_line(capsys)
+
+
+@pytest.mark.real_data
+def test_export_go_under_a_file_says_it_is_not_a_directory(finished, tmp_path, capsys):
+    (tmp_path / "x.go").write_text("")
+    assert main(["export-go", "0", "--archive", str(finished), "-o",
+                 str(tmp_path / "x.go" / "y.go")]) == 2
+    assert f"{tmp_path / 'x.go'} is not a directory" in _one_line(capsys)
 
 
 @pytest.mark.real_data

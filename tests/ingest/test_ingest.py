@@ -244,3 +244,8 @@ def test_export_trace_of_a_slice_keeps_statuses(tmp_path, capsys):
     assert (t.columns["deadline_us"] - t.columns["arrival_time_us"] == 300_000_000).all()
     assert t.columns["prefix_length"].tolist() == [32] * 6
     assert "--total-kv-blocks 3000" in capsys.readouterr().out
+    # --from past the last arrival, without --to: says so, and does not blame --to
+    assert main(["export-trace", "mine", "--data", str(out), "--from", "5000",
+                 "--out", str(prefix)]) == 2
+    err = capsys.readouterr().err
+    assert "--from 5000: the last request of mine arrives at" in err and "--to" not in err

@@ -68,8 +68,13 @@ def test_bad_input_is_one_line_exit_2(tmp_path, synthetic_archive, capsys):
                  str(tmp_path / "o")]) == 2
     assert main(["report", "9", "--archive", str(synthetic_archive), "--out",
                  str(tmp_path / "o")]) == 2
+    (tmp_path / "junk.db").write_bytes(b"not an archive" * 100)
+    assert main(["report", "--archive", str(tmp_path / "junk.db"), "--out",
+                 str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "archive not found" in err[0] and "no run 9" in err[1]
+    assert len(err) == 3 and "archive not found" in err[0] and "no run 9" in err[1]
+    assert "not an evolve archive" in err[2]
+    assert not (tmp_path / "o").exists()  # nothing written for a bad archive or run
 
 
 def test_champion_agrees_with_the_search(tiny_run):
