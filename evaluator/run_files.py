@@ -62,6 +62,8 @@ def _column(rows: list[Any], path: Path, where: str, key: str, kind: type = floa
                 continue
             if isinstance(val, (str, type(None))) or (isinstance(val, bool) and kind is not bool):
                 raise ValueError
+            if kind is int and isinstance(val, float) and not val.is_integer():
+                raise ValueError  # 12.5 tokens: int() would truncate it silently
             got = kind(val)
             if kind is not bool and not (np.isfinite(got) and got >= 0):
                 raise ValueError

@@ -54,6 +54,8 @@ REQ, GT = "requests.json", "ground_truth.json"
     (REQ, lambda d: d["requests"][17].__setitem__("input_tokens", "591"),
      "requests[17].input_tokens' missing or invalid ('591')"),
     (REQ, lambda d: d["requests"][2].__setitem__("has_error", None), "requests[2].has_error"),
+    (REQ, lambda d: d["requests"][9].__setitem__("input_tokens", 12.5),
+     "requests[9].input_tokens' missing or invalid (12.5)"),
     (REQ, lambda d: d["config"].__setitem__("block_size", "16"), "config.block_size"),
     (REQ, lambda d: d["config"].__setitem__("tensor_parallelism", 0),
      "field 'config.tensor_parallelism' must be positive"),
