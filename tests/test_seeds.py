@@ -183,6 +183,21 @@ def test_fit_command_json(capsys, data_path):
     assert out["fit"]["loss"] <= out["fit"]["init_loss"]
 
 
+def test_a_fit_that_ends_above_its_start_says_why(capsys, data_path):
+    """The physics penalty (on by default) can cost training loss; the table says so, with
+    the check at the initial and at the fitted constants (it once said only "ok")."""
+    code = main(["fit", "linear", "--data", str(data_path), "--head-seconds", "45",
+                 "--max-evals", "60", "--restarts", "0"])
+    text = capsys.readouterr().out
+    assert code == 0
+    line = next(ln for ln in text.splitlines() if ln.startswith("training loss"))
+    before, after = (float(x) for x in re.findall(r"(\d+\.\d+) (?:at|fitted)", line))
+    assert after > before, line
+    assert "the fit minimises the training loss plus the physics penalty" in text
+    assert "at the initial constants: physics (" in text and "undercuts the physical floor" \
+        in text
+
+
 def test_fit_command_table_and_errors(capsys, data_path):
     code = main(["fit", "roofline", "--data", str(data_path), "--head-seconds", "30",
                  "--max-evals", "30", "--restarts", "0"])
