@@ -165,6 +165,8 @@ def test_read_only_commands(uninterrupted, capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["run", "--data", "/nonexistent/data", "--archive", "{tmp}/x.db"], "data directory"),
     (["run", "--archive", "{tmp}/no/such/dir/x.db"], "does not exist"),
+    (["run", "--llm", "m", "--llm-base-url", "http://127.0.0.1:9/v1", "--archive",
+      "{tmp}/l.db"], "LLM endpoint http://127.0.0.1:9/v1: cannot connect"),
     (["show", "ffffffff", "--archive", "{arch}"], "no program"),
     (["replay", "ffffffff", "--archive", "{arch}"], "no program"),
     (["frontier", "--archive", "{tmp}/junk.db"], "not an evolve archive"),

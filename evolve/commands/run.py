@@ -201,6 +201,9 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
         output_dir(report, "--report")
     if cfg.llm.cassette and cfg.llm.cassette_mode == "record":
         output_file(cfg.llm.cassette, "--cassette")
+    if (cfg.operator.kind == "llm" and cfg.llm.model != LOCAL
+            and cfg.llm.cassette_mode != "replay"):
+        _reachable(cfg.llm.base_url)
     box: dict[str, object] = {}
     try:
         with stop_signals():
@@ -227,6 +230,25 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
                   file=sys.stderr)
         return stop.exit_code
     return _summary(cfg, s, str(box["where"]))
+
+
+def _reachable(url: str) -> None:
+    """Fail before generation 0 (a minute of work) when nothing listens at the endpoint's
+    address; a TCP connection only, so any server, and what it answers, is left alone. An
+    endpoint that fails later in the run is still taken over by the offline operator."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from evolve.errors import UserError
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "", port), timeout=10).close()
+    except OSError as exc:
+        raise UserError(f"LLM endpoint {url}: cannot connect ({exc.strerror or exc}); "
+                        "check the endpoint with `evolve llm-check`, or run without --llm"
+                        ) from None
 
 
 def _search(cfg: Config, resume: int | None, report: str | None, break_lock: bool,
