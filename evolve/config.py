@@ -259,10 +259,9 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return True
 
 
-def _type_name(tp: Any) -> str:
-    if typing.get_args(tp):  # dict[str, float], not "dict": the bare name hid what was wrong
-        return str(tp).replace("typing.", "")
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+def _type_name(tp: Any) -> str:  # dict[str, float], not the bare "dict" that hid what was wrong
+    return (None if typing.get_args(tp) else getattr(tp, "__name__", None)) or str(tp).replace(
+        "typing.", "")
 
 
 def apply_dict(obj: Any, data: dict[str, Any], source: str, prefix: str = "") -> None:
@@ -393,8 +392,7 @@ def to_toml(cfg: Config) -> str:
         if section.__doc__:
             out.append(f"# {section.__doc__.strip().splitlines()[0]}")
         for f in dataclasses.fields(section):
-            doc = f.metadata.get("doc", "")
-            if doc:
+            if doc := f.metadata.get("doc", ""):
                 out.append(f"# {doc}")
             rendered = _toml_value(getattr(section, f.name))
             out.append(f"{f.name} = {rendered}" if rendered is not None else
