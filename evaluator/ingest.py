@@ -147,6 +147,9 @@ def resolve_server(flags: ServerFlags, known: dict[str, tuple[int, str]],
             raise DataError(f"{flag}: required (the source does not record it)")
         if int(val) <= 0:
             raise DataError(f"{flag}: must be positive, got {val}")
+        if int(val) > 2**31:  # no server setting comes near; an int64 column must hold it
+            where = flag if given is not None else rec[1] if rec is not None else flag
+            raise DataError(f"{where}: {val} is out of range")
         vals[key] = int(val)
     server = Server(**vals)
     if server.too_small():

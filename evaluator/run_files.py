@@ -41,7 +41,9 @@ def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int
         cur = cur[part]
     if not isinstance(cur, kind) or (isinstance(cur, bool) and kind is not bool):
         raise DataError(f"{path}: field '{dotted}' has wrong type {type(cur).__name__}")
-    if isinstance(cur, (int, float)) and not isinstance(cur, bool) and not np.isfinite(cur):
+    if isinstance(cur, int) and not isinstance(cur, bool) and abs(cur) > 2**62:
+        raise DataError(f"{path}: field '{dotted}' is out of range ({cur})")
+    if isinstance(cur, float) and not np.isfinite(cur):
         raise DataError(f"{path}: field '{dotted}' is not finite")
     if positive and not (isinstance(cur, int | float) and cur > 0):
         raise DataError(f"{path}: field '{dotted}' must be positive (got {cur})")

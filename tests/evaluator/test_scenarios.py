@@ -59,6 +59,8 @@ REQ, GT = "requests.json", "ground_truth.json"
     (REQ, lambda d: d["config"].__setitem__("block_size", "16"), "config.block_size"),
     (REQ, lambda d: d["config"].__setitem__("tensor_parallelism", 0),
      "field 'config.tensor_parallelism' must be positive"),
+    (REQ, lambda d: d["config"].__setitem__("kv_blocks_total_gpu", 10**20),
+     "field 'config.kv_blocks_total_gpu' is out of range"),
     (REQ, lambda d: d["config"].__setitem__("kv_blocks_total_gpu", 5),
      "field 'config.kv_blocks_total_gpu': 5 KV blocks x 16 tokens hold 80 tokens, fewer than "
      "max_model_len 4096"),

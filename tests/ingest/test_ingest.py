@@ -122,6 +122,8 @@ def test_a_kv_pool_that_cannot_hold_one_request_is_refused(tmp_path, capsys):
     _refused(tmp_path, capsys, h, "--kv-blocks", "5",
              needle="--kv-blocks: 5 KV blocks x 16 tokens hold 80 tokens, fewer than "
                     "max_model_len")
+    _refused(tmp_path, capsys, h, "--kv-blocks", str(10**20),
+             needle=f"--kv-blocks: {10**20} is out of range")  # once an internal error
 
 
 def test_prefix_groups_mixed_with_ungrouped_requests(tmp_path, capsys):
