@@ -84,6 +84,27 @@ def _num(obj: Any, where: str, field: str, default: Any = None) -> float:
     return float(val)
 
 
+def _table(obj: Any, where: str, field: str) -> dict[str, Any]:
+    """``obj[field]`` as a mapping ({} when absent), or a one-line error."""
+    val = obj.get(field) if isinstance(obj, dict) else None
+    if val is None:
+        return {}
+    if not isinstance(val, dict):
+        raise DataError(f"{where}, field '{field}': not a mapping ({type(val).__name__})")
+    return val
+
+
+def _count(obj: dict[str, Any], where: str, field: str, positive: bool = False) -> int | None:
+    """An optional whole number of the profile (None when absent), or a one-line error."""
+    val = obj.get(field)
+    if val is None:
+        return None
+    if isinstance(val, bool) or not isinstance(val, int) or val < (1 if positive else 0):
+        raise DataError(f"{where}, field '{field}': must be a "
+                        f"{'positive' if positive else 'non-negative'} integer, got {val!r}")
+    return val
+
+
 def _dig(obj: Any, *path: str) -> Any:
     for key in path:
         obj = obj.get(key) if isinstance(obj, dict) else None
@@ -107,11 +128,11 @@ def _lifecycle(path: Path) -> dict[str, Any]:
         end = _num(r, where, "end_time")
         if end < start[i]:
             raise DataError(f"{where}, field 'end_time': request finished before it arrived")
-        info = r.get("info") or {}
+        info = _table(r, where, "info")
         tok = info.get("input_tokens", _dig(info, "request_metrics", "text", "input_tokens"))
         inp[i] = int(_num({"input_tokens": tok if tok is not None else 0}, where,
                           "input_tokens"))
-        resp = info.get("response_metrics") or {}
+        resp = _table(info, f"{where}, field 'info'", "response_metrics")
         served = _dig(resp, "server_usage", "completion_tokens")
         count = served if served is not None else info.get("output_tokens",
                                                            resp.get("output_tokens", 0))
@@ -216,24 +237,31 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
             known["kv_blocks"] = (blocks, f"{d / 'vllm.log'}: '# GPU blocks'")
     server, notes = resolve_server(flags, known, config)
 
-    data = prof.get("data") or {}
-    sp = data.get("shared_prefix") or {}
+    data = _table(prof, str(prof_path), "data")
+    at = f"{prof_path}: data"
+    sp = _table(data, at, "shared_prefix")
+    at += ".shared_prefix"
     n = len(raw["status"])
     out = np.asarray(raw["output"], dtype=np.int64)
     ignore_eos = bool(_dig(prof, "server", "ignore_eos"))
-    if data.get("type") == "shared_prefix" and isinstance(sp.get("output_len"), int) and (
+    out_len = _count(sp, at, "output_len", positive=True)
+    if data.get("type") == "shared_prefix" and out_len is not None and (
             ignore_eos or per_req is None):
-        out = np.full(n, int(sp["output_len"]), dtype=np.int64)
-        notes.append(f"every request decodes the profile's output_len {sp['output_len']} "
+        out = np.full(n, out_len, dtype=np.int64)
+        notes.append(f"every request decodes the profile's output_len {out_len} "
                      "(ignore_eos; client-side output counts are unreliable)")
-    sys_len = int(sp.get("system_prompt_len") or 0) if data.get("type") == "shared_prefix" else 0
-    n_groups = int(sp.get("num_unique_system_prompts") or sp.get("num_groups") or 1)
+    sys_len = (_count(sp, at, "system_prompt_len") or 0) if data.get("type") == \
+        "shared_prefix" else 0
+    n_groups = (_count(sp, at, "num_unique_system_prompts", positive=True)
+                or _count(sp, at, "num_groups", positive=True) or 1)
     if sys_len <= 0:
         n_groups = 0
     else:
         notes.append(f"prefix groups inferred round robin over {n_groups} system prompts of "
                      f"{sys_len} tokens (inference-perf does not record them)")
     st = _dig(prof, "load", "stages")
+    if st is not None and not isinstance(st, list):
+        raise DataError(f"{prof_path}: field 'load.stages': not a list of stages")
     prof_stages = tuple(Stage(_num(s, f"{prof_path}: load.stages[{i}]", "rate"),
                               _num(s, f"{prof_path}: load.stages[{i}]", "duration"))
                         for i, s in enumerate(st)) if isinstance(st, list) and st else None
@@ -243,9 +271,15 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         notes += timeout_notes(np.array([float(timeout)]))
     summary = None
-    summ_path = d / "results" / "summary_lifecycle_metrics.json"
-    if summ_path.is_file():
+    summ_path = _first(d, "results/summary_lifecycle_metrics.json",
+                       "summary_lifecycle_metrics.json")
+    if summ_path is not None:
         summary = _summary(summ_path)
+        counted = int(summary["successes"] + summary["failures"])
+        if counted != n:  # a different run, or a cut of it: its aggregates are not these rows'
+            notes.append(f"{summ_path.name} counts {counted} requests, the per-request "
+                         f"records {n}: not used (the measured figures come from the records)")
+            summary = None
     wl = workload or raw.get("profile") or safe_name(d.name)
     short = model_short or raw.get("model_short") or safe_name(mid.split("/")[-1])
     source = {"kind": "inference-perf", "directory": str(d.resolve()),

@@ -195,17 +195,42 @@ def test_inference_perf_directory(tmp_path, capsys):
     np.testing.assert_allclose(sc.measured.e2e_s[0], 0.5, rtol=1e-9)
 
 
-def test_inference_perf_bad_record(tmp_path, capsys):
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda r: r["info"].__setitem__("output_token_times", [9.0, 8.0]),
+     "row 3, field 'output_token_times'"),
+    (lambda r: r.__setitem__("info", "oops"), "row 3, field 'info': not a mapping (str)"),
+    (lambda r: r["info"].__setitem__("response_metrics", "x"),
+     "row 3, field 'info', field 'response_metrics': not a mapping (str)"),
+])
+def test_inference_perf_bad_record(tmp_path, capsys, edit, needle):
     d = _perf_dir(tmp_path)
     path = d / "results" / "per_request_lifecycle_metrics.json"
     rows = json.loads(path.read_text())
-    rows[2]["info"]["output_token_times"] = [9.0, 8.0]
+    edit(rows[2])
     path.write_text(json.dumps(rows))
     code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
                  str(model_dir(tmp_path)), "--hardware", "H100"])
     err = capsys.readouterr().err
-    assert code == 2 and "row 3, field 'output_token_times'" in err and str(path) in err
+    assert code == 2 and needle in err and str(path) in err, err
     assert not (tmp_path / "data").exists()
+
+
+def test_inference_perf_summary_of_other_requests_is_not_used(tmp_path, capsys):
+    """A summary that counts other requests than the records (a cut of a run) would pass
+    its aggregates off as these rows' measured figures."""
+    d = _perf_dir(tmp_path)
+    (d / "results" / "summary_lifecycle_metrics.json").write_text(json.dumps({
+        "successes": {"count": 9000, "latency": {k: {"mean": 2.0, "median": 2.0, "p90": 2.0,
+                                                     "p99": 2.0} for k in (
+            "request_latency", "time_to_first_token")}},
+        "failures": {"count": 0}}))
+    code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), "--hardware", "H100"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "counts 9000 requests, the per-request records 16: not used" in out.out + out.err
+    (sc,) = load_scenarios(tmp_path / "data")
+    assert sc.measured.summary["e2e_mean"] == pytest.approx(0.5)  # the records', not 2.0
 
 
 @pytest.mark.parametrize(("file", "edit", "needle"), [
@@ -217,6 +242,18 @@ def test_inference_perf_bad_record(tmp_path, capsys):
      "load.stages[0], field 'rate': missing or not a finite number"),
     ("profile.yaml", lambda d: d["load"]["stages"][0].pop("duration"),
      "load.stages[0], field 'duration': missing"),
+    ("profile.yaml", lambda d: d["load"].__setitem__("stages", "5x600"),
+     "field 'load.stages': not a list of stages"),
+    ("profile.yaml", lambda d: d.__setitem__("data", [1]), "field 'data': not a mapping"),
+    ("profile.yaml", lambda d: d["data"].__setitem__("shared_prefix", "abc"),
+     "data, field 'shared_prefix': not a mapping"),
+    ("profile.yaml", lambda d: d["data"]["shared_prefix"].__setitem__("output_len", -5),
+     "data.shared_prefix, field 'output_len': must be a positive integer, got -5"),
+    ("profile.yaml", lambda d: d["data"]["shared_prefix"].__setitem__("system_prompt_len",
+                                                                      -100),
+     "data.shared_prefix, field 'system_prompt_len': must be a non-negative integer"),
+    ("profile.yaml", lambda d: d["data"]["shared_prefix"].__setitem__(
+        "num_unique_system_prompts", "x"), "field 'num_unique_system_prompts': must be a"),
 ])
 def test_inference_perf_bad_settings_name_file_and_field(tmp_path, capsys, file, edit, needle):
     """Settings the run records are used, so a bad one is an error, never skipped."""
