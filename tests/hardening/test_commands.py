@@ -182,3 +182,21 @@ def test_the_executor_checks_the_cap_again_before_any_process_exists():
     cfg.run.workers = 4096  # not validated
     with pytest.raises(ConfigError, match=r"run.workers' out of range"):
         make_executor(None, cfg)  # type: ignore[arg-type]
+
+
+@pytest.mark.real_data
+def test_baselines_count_the_runs_they_have(data_path, tmp_path, capsys):
+    """On a data directory of two runs the summary says "of 2" (it said "of 12" always),
+    and ``--only roofline`` does not announce fitting the linear baseline."""
+    import shutil
+
+    root = tmp_path / "data"
+    for sub in ("models", "hardware"):
+        shutil.copytree(data_path / sub, root / sub)
+    for name in ("20260217-155451-llama-2-7b-tp1-codegen",
+                 "20260217-170634-llama-2-7b-tp1-reasoning"):
+        shutil.copytree(data_path / "experiments" / name, root / "experiments" / name)
+    assert main(["baselines", "--data", str(root), "--only", "roofline"]) == 0
+    out = capsys.readouterr()
+    assert "== roofline: 0 of 1 non-reasoning runs within 10% mean E2E" in out.out, out.out
+    assert "fitting the linear" not in out.err
