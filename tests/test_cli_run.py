@@ -173,6 +173,7 @@ def test_read_only_commands(uninterrupted, capsys):
     (["frontier", "--archive", "{tmp}/none.db"], "archive not found"),
     (["frontier", "--run", "9", "--archive", "{arch}"], "no run 9"),
     (["show", "0", "--run", "9", "--archive", "{arch}"], "no run 9"),
+    (["validate", "0", "--run", "9", "--archive", "{arch}"], "no run 9"),
     (["export-go", "0", "--run", "9", "--archive", "{arch}"], "no run 9"),
     (["run", "--resume", "9", "--archive", "{arch}"], "no run 9"),
     (["run", "--resume", "1", "--seed", "5", "--archive", "{arch}"], "cannot change run.seed"),

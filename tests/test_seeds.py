@@ -346,3 +346,19 @@ def test_generalize_text_ends_with_the_issue_count(capsys, data_path):
         last = capsys.readouterr().out.strip().splitlines()[-1]
         assert re.fullmatch(r"held-out normal runs within 10 % mean E2E: \d+ of 12.*", last)
         assert ("uses the `layered` rule" in last) == note, last
+
+
+@pytest.mark.parametrize("mode, what", [("lomo", "models"), ("lowo", "workloads")])
+def test_generalize_needs_two_folds(capsys, data_path, tmp_path, mode, what):
+    """One model (or one workload) leaves nothing to hold out: one line, not a crash."""
+    import shutil
+
+    root = tmp_path / "data"
+    for sub in ("models", "hardware"):
+        shutil.copytree(data_path / sub, root / sub)
+    name = "20260217-155451-llama-2-7b-tp1-codegen"
+    shutil.copytree(data_path / "experiments" / name, root / "experiments" / name)
+    assert main(["generalize", "layered", "--mode", mode, "--data", str(root),
+                 "--max-evals", "20", "--polish-evals", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"needs normal (non-reasoning) runs of at least two {what}" in err, err

@@ -83,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
     key = (lambda s: s.model) if args.mode == "lomo" else (lambda s: s.workload)
     normal_names = {s.name for s in ev.scenarios if s.workload != "reasoning"}
     folds = sorted({key(s) for s in ev.scenarios if s.name in normal_names})
+    if len(folds) < 2:
+        what = "models" if args.mode == "lomo" else "workloads"
+        raise UserError(f"--mode {args.mode}: needs normal (non-reasoning) runs of at least "
+                        f"two {what} to hold one out; the data has {len(folds)}")
     model = step_model(program)
     start_groups = groups if scope != "global" or set(groups) == {"global"} else {}
     out: dict[str, dict] = {}
