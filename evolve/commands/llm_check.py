@@ -95,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
         endpoint.close()
     if ex.status != OK:
         raise UserError(f"{cfg.model} at {cfg.base_url}: {ex.error}")
+    if not (ex.reply or "").strip():  # the search would get no program from it either
+        raise UserError(f"{cfg.model} at {cfg.base_url}: answered with no text (content "
+                        f"{ex.reply!r}; finish {ex.finish_reason}): not an OpenAI-compatible "
+                        "chat completion?")
     cost = cfg.cost_usd(ex.prompt_tokens, ex.completion_tokens)
     result = {"model": cfg.model, "base_url": cfg.base_url, "latency_s": ex.latency_s,
               "attempts": ex.attempts, "reply": ex.reply, "finish_reason": ex.finish_reason,

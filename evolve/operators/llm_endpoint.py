@@ -139,19 +139,25 @@ class Endpoint:
         choices = getattr(resp, "choices", None) or []
         if not choices:
             return self._failed(API_ERROR, "response has no choices", start, attempts)
-        message = choices[0].message
-        reply = getattr(message, "content", None)
-        usage = getattr(resp, "usage", None)
-        estimated = usage is None or getattr(usage, "prompt_tokens", None) is None
-        if estimated:
-            count = estimate or (lambda text: len(text) // 4)
-            prompt_tokens = sum(count(m["content"]) for m in request["messages"])
-            completion_tokens = count(reply or "")
-        else:
-            assert usage is not None
-            prompt_tokens = int(usage.prompt_tokens or 0)
-            completion_tokens = int(usage.completion_tokens or 0)
-        return Exchange(OK, reply, choices[0].finish_reason, prompt_tokens, completion_tokens,
+        try:  # an endpoint that is not OpenAI-compatible may send anything with a 200
+            message = choices[0].message
+            reply = getattr(message, "content", None)
+            if reply is not None and not isinstance(reply, str):
+                raise TypeError(f"content is a {type(reply).__name__}")
+            usage = getattr(resp, "usage", None)
+            estimated = usage is None or getattr(usage, "prompt_tokens", None) is None
+            if estimated:
+                count = estimate or (lambda text: len(text) // 4)
+                prompt_tokens = sum(count(m["content"]) for m in request["messages"])
+                completion_tokens = count(reply or "")
+            else:
+                assert usage is not None
+                prompt_tokens = int(usage.prompt_tokens or 0)
+                completion_tokens = int(usage.completion_tokens or 0)
+            finish = choices[0].finish_reason
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
+            return self._failed(API_ERROR, f"malformed response: {exc}", start, attempts)
+        return Exchange(OK, reply, finish, prompt_tokens, completion_tokens,
                         round(latency, 6), attempts, None, estimated)
 
     @staticmethod

@@ -135,3 +135,18 @@ def test_constrained_requests_carry_the_grammar_and_their_own_cassette_key(serve
     gbnf_req, vllm_req = seen
     assert gbnf_req["grammar"].startswith("root ::=") and "structured_outputs" not in gbnf_req
     assert vllm_req["structured_outputs"]["grammar"].startswith("start:")
+
+
+@pytest.mark.parametrize("body", ['{"choices": "abc"}', '{"choices": [{"message": 3}]}',
+                                  '{"choices": [{"message": {"content": 5}}]}'])
+def test_llm_check_on_a_malformed_200_is_one_line(serve, capsys, body):
+    """An endpoint that is not OpenAI-compatible may answer 200 with anything (it once
+    crashed llm-check with an AttributeError)."""
+    from evolve.cli import main
+
+    server = serve(lambda req, n: Reply(raw_body=body))
+    code = main(["llm-check", "--llm", "test-model", "--llm-base-url", server.base_url])
+    err = capsys.readouterr()
+    assert code != 0 and "internal error" not in err.err, err
+    said = err.out + err.err
+    assert "malformed response" in said or "no choices" in said or "no text" in said, said
