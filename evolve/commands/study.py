@@ -74,22 +74,58 @@ def _run_argv(args: argparse.Namespace, seed: int, archive: str, ray_address: st
     return cmd
 
 
-def _check_settings(args: argparse.Namespace, out: Path) -> None:
+def _check_settings(args: argparse.Namespace, out: Path) -> str:
     """Let ``evolve run --print-config`` judge the settings every seed will get, so a bad
-    one is one line now, not a failed subprocess per seed later."""
+    one is one line now, not a failed subprocess per seed later; also the data directory
+    and the archive's address, which it does not open. Returns the settings' stamp (a hash
+    of the configuration without the seed and the speed knobs)."""
+    import hashlib
+    import tomllib
+
+    from evaluator.api import data_dir
+    from evolve.config import NOT_STORED
+
     argv = _run_argv(args, args.seeds[0], str(out / "settings-check.db"), "")
     done = subprocess.run(_cli(*argv, "--print-config"), capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
         raise UserError(lines[-1].removeprefix("evolve run: error: "))
+    data_dir(args.data or None)
+    if args.archive:
+        from evolve.archive.engines import locate
+
+        try:
+            locate(args.archive).url.get_dialect()
+        except Exception as exc:  # SQLAlchemy's plugin and URL errors vary
+            raise UserError(f"--archive {args.archive}: {exc}") from None
+    cfg = tomllib.loads(done.stdout)
+    for key in (*NOT_STORED, "seed"):
+        cfg.get("run", {}).pop(key, None)
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str) -> dict[str, Any]:
+def _reusable(args: argparse.Namespace, out: Path, stamp: str) -> None:
+    """A seed finished by an earlier study is reused only if made with these settings."""
+    for seed in args.seeds:
+        path = out / f"seed-{seed}.json"
+        if path.exists():
+            try:
+                old = json.loads(path.read_text()).get("settings")
+            except (OSError, ValueError, AttributeError):
+                old = None
+            if old not in (None, stamp):
+                raise UserError(f"{path}: seed {seed} was run with other settings; pass a new "
+                                "--out, or delete the file to run it again")
+
+
+def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
+              stamp: str = "") -> dict[str, Any]:
     """Search, then validate the pick, in subprocesses; returns the validation."""
     res_path, log_path = out / f"seed-{seed}.json", out / f"seed-{seed}.log"
-    if res_path.exists():  # done by an earlier study
+    if res_path.exists():  # done by an earlier study (with these settings: _reusable)
         return dict(json.loads(res_path.read_text()), reused=True)
+    print(f"seed {seed}: started (progress in {log_path})", flush=True)
     archive = args.archive or str(out / f"seed-{seed}.db")
     if not args.archive:
         Path(archive).unlink(missing_ok=True)  # an unfinished earlier attempt of this seed
@@ -112,7 +148,8 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str) 
     val = json.loads(_check(_cli("validate", pick, "--archive", archive, "--run", rid,
                                  "--no-plots", "--json", *(["--data", args.data]
                                                           if args.data else []))))
-    val.update(seed=seed, run=int(rid), search_s=round(time.monotonic() - t0, 1))
+    val.update(seed=seed, run=int(rid), search_s=round(time.monotonic() - t0, 1),
+               settings=stamp)
     res_path.write_text(json.dumps(val, indent=1, sort_keys=True))
     return dict(val)
 
@@ -158,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1 or (args.parallel is not None and args.parallel < 1):
         raise UserError("--workers and --parallel must be at least 1")
     out = output_dir(args.out, "--out")
-    _check_settings(args, out)
+    stamp = _check_settings(args, out)
+    _reusable(args, out, stamp)
     ray_address = ""
     if args.executor == "ray":
         from evolve.search.ray_executor import connect
@@ -169,12 +207,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         parallel = args.parallel or max(1, (os.cpu_count() or 1) // args.workers)
         where = f"local processes, {args.workers} per seed"
-    print(f"study: seeds {' '.join(map(str, args.seeds))}, {parallel} at a time, on {where}; "
-          f"output in {out}", flush=True)
+    print(f"study: seeds {' '.join(map(str, args.seeds))} ({parallel} in parallel), on "
+          f"{where}; output in {out}", flush=True)
     results: dict[int, dict[str, Any]] = {}
     failed: list[str] = []
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = {seed: pool.submit(_run_seed, args, seed, out, ray_address)
+        futures = {seed: pool.submit(_run_seed, args, seed, out, ray_address, stamp)
                    for seed in args.seeds}
         for seed, fut in futures.items():
             try:

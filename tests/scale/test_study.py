@@ -48,12 +48,18 @@ def test_study_runs_seeds_in_parallel(tmp_path, capsys, sqlite_reference):
     assert main(argv) == 0
     again = capsys.readouterr().out
     assert "(earlier)" in again and again.split("\n\n", 1)[1] == text.split("\n\n", 1)[1]
+    # other settings must not pass off the earlier seeds' results as theirs
+    assert main([*argv, "--generations", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "seed-11.json: seed 11 was run with other settings" in err, err
 
 
 @pytest.mark.parametrize("extra, needle", [
     (["--generations", "-2"], "run.generations' out of range"),
     (["--head-seconds", "-4"], "run.head_seconds' out of range"),
     (["--config", "{tmp}/bad.toml"], "bad.toml: unknown key 'run.generationz'"),
+    (["--data", "{tmp}/nothere"], "data directory not found"),
+    (["--archive", "foo://bar"], "--archive foo://bar: "),
 ])
 def test_bad_settings_are_one_line_before_any_seed_runs(tmp_path, capsys, extra, needle):
     """`evolve run --print-config` judges what every seed would get: one line, exit 2, no
