@@ -44,13 +44,20 @@ def run(args: argparse.Namespace) -> int:
 
     with Archive(args.archive, create=False) as ar:  # a bad archive or run: before --out
         ar.run(args.run if args.run is not None else ar.latest_run_id())
+    if args.validate_dir and not Path(args.validate_dir).is_dir():
+        raise UserError(f"--validate-dir {args.validate_dir}: not a directory (what `evolve "
+                        "validate --out DIR` wrote)")
+    if args.cassette and not Path(args.cassette).is_file():
+        raise UserError(f"--cassette {args.cassette}: file not found")
     opts = Options(cassette=args.cassette, validate_dir=args.validate_dir)
     output_dir(args.out, "--out")
     index = Path(args.out) / "index.html"
 
     def say(w: Written) -> None:
-        print(f"wrote {index} (generation {w.generation}; {w.changed} of {w.pages} pages "
-              "changed)", file=sys.stderr, flush=True)
+        gen = "no generation committed yet" if w.generation is None else \
+            f"generation {w.generation}"
+        print(f"wrote {index} ({gen}; {w.changed} of {w.pages} pages changed)",
+              file=sys.stderr, flush=True)
 
     if args.watch:
         watch(args.archive, args.out, args.run, opts, args.interval, lambda: False, say)

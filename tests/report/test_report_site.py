@@ -75,6 +75,12 @@ def test_bad_input_is_one_line_exit_2(tmp_path, synthetic_archive, capsys):
     assert len(err) == 3 and "archive not found" in err[0] and "no run 9" in err[1]
     assert "not an evolve archive" in err[2]
     assert not (tmp_path / "o").exists()  # nothing written for a bad archive or run
+    for flag, path, needle in (("--validate-dir", "nothere", "not a directory"),
+                               ("--cassette", "nothere.jsonl", "file not found")):
+        assert main(["report", "--archive", str(synthetic_archive), "--out",
+                     str(tmp_path / "o"), flag, str(tmp_path / path)]) == 2
+        assert needle in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_champion_agrees_with_the_search(tiny_run):
