@@ -11,7 +11,9 @@ replay`` command with every flag the run needs (docs/blis.md, "Replaying a run")
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from pathlib import Path
 
 HELP = "write an experiment as a BLIS TraceV2 pair (and print the blis replay command)"
 
@@ -61,8 +63,14 @@ def run(args: argparse.Namespace) -> int:
         write_tracev2,
     )
     from evolve.errors import UserError
-    from evolve.targets import output_file
+    from evolve.targets import output_dir, output_file
 
+    prefix = Path(args.out)
+    if args.out.endswith(("/", "\\")) or prefix.is_dir():
+        raise UserError(f"--out {args.out}: a file prefix is needed (PREFIX.yaml and "
+                        "PREFIX.csv are written), not a directory")
+    if prefix.parent != Path() and not prefix.parent.exists():
+        output_dir(prefix.parent, "--out")  # as report and validate create theirs
     for ext in (".yaml", ".csv"):  # both files of the pair, before any work
         output_file(f"{args.out}{ext}", "--out")
     root = data_dir(args.data)
@@ -71,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if args.start is not None or args.end is not None:
         start = args.start or 0.0
         end = args.end if args.end is not None else sc.arrival_us[-1] / 1e6 + 1.0
-        if not 0 <= start < end:
+        if not (math.isfinite(start) and math.isfinite(end)) or start < 0:
+            raise UserError(f"--from/--to: finite seconds from 0 on, got {start:g} .. {end:g}")
+        if not start < end:
             last = sc.arrival_us[-1] / 1e6
             raise UserError(f"--from {start:g}" + (f" --to {end:g}" if args.end is not None else
                             f": the last request of {name} arrives at {last:.1f} s")

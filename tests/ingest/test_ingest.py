@@ -288,3 +288,15 @@ def test_export_trace_of_a_slice_keeps_statuses(tmp_path, capsys):
                  "--out", str(prefix)]) == 2
     err = capsys.readouterr().err
     assert "--from 5000: the last request of mine arrives at" in err and "--to" not in err
+    for extra, needle in ((["--from", "-5"], "finite seconds from 0 on"),
+                          (["--to", "inf"], "finite seconds from 0 on")):
+        assert main(["export-trace", "mine", "--data", str(out), *extra, "--out",
+                     str(prefix)]) == 2
+        assert needle in capsys.readouterr().err
+    assert main(["export-trace", "mine", "--data", str(out), "--out",
+                 str(tmp_path / "tr") + "/"]) == 2
+    assert "a file prefix is needed" in capsys.readouterr().err
+    # a missing parent directory is created, as report and validate create theirs
+    assert main(["export-trace", "mine", "--data", str(out), "--out",
+                 str(tmp_path / "new" / "dir" / "t")]) == 0
+    assert (tmp_path / "new" / "dir" / "t.csv").is_file()
