@@ -131,5 +131,8 @@ def read_request_rows(exp_dir: Path) -> RequestRows:
             raise DataError(f"{gt_path}: field '[{i}].e2e_s' missing on a completed request")
         e2e[j] = e2e_col[i]
         ttft[j] = np.nan if ttft_col[i] is None else ttft_col[i]
+        if ttft[j] > e2e[j] * (1.0 + 1e-9) + 1e-6:  # the first token after the last one
+            raise DataError(f"{gt_path}: field '[{i}].ttft_s' {ttft[j]:g} exceeds its e2e_s "
+                            f"{e2e[j]:g}")
     return RequestRows(doc=doc, arrival_us=arrival, input_tokens=inp, output_tokens=out,
                        failed=err, e2e_s=e2e, ttft_s=ttft)

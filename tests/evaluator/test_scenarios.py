@@ -68,6 +68,7 @@ REQ, GT = "requests.json", "ground_truth.json"
     (GT, lambda rows: rows[3].__setitem__("e2e_s", "x"), "'[3].e2e_s' missing or invalid ('x')"),
     (GT, lambda rows: rows[2].__setitem__("e2e_s", -1.5), "'[2].e2e_s' missing or invalid (-1.5)"),
     (GT, lambda rows: rows[5].pop("e2e_s"), "'[5].e2e_s' missing on a completed request"),
+    (GT, lambda rows: rows[7].__setitem__("ttft_s", 50.0), "'[7].ttft_s' 50 exceeds its e2e_s"),
     (GT, lambda rows: rows[4].__setitem__("index", 10**9), "'[4].index' names no request"),
     (GT, lambda rows: rows[6].pop("has_error"), "'[6].has_error' missing or invalid"),
 ])
