@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
 OnFailure = Literal["offline", "stop"]
 CassetteMode = Literal["off", "record", "replay"]
@@ -112,6 +113,11 @@ class LLMConfig:
                        f"{self.prompt_profile!r}")
         if self.model != "local" and not re.match(r"https?://[^/\s]+", self.base_url):
             out.append(f"base_url must be an http:// or https:// URL, not {self.base_url!r}")
+        elif self.model != "local":
+            try:
+                urlsplit(self.base_url).port  # noqa: B018 - parsing it is the check
+            except ValueError as exc:
+                out.append(f"base_url {self.base_url!r}: {exc}")
         if self.context_tokens is not None and self.context_tokens < 1:
             out.append("context_tokens must be >= 1 (or unset)")
         if self.cassette_mode != "off" and not self.cassette:

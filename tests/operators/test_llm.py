@@ -339,6 +339,7 @@ def test_config_checks_and_normalises():
                        ({"concurrency": 0}, "concurrency"),
                        ({"base_url": "htp:/nope"}, "base_url must be an http"),
                        ({"base_url": ""}, "base_url must be an http"),
+                       ({"base_url": "http://127.0.0.1:99999/v1"}, "Port out of range"),
                        ({"modle": "x"}, "unknown key")):
         with pytest.raises(ValueError, match=match):
             LLMConfig.from_dict(bad)
