@@ -180,6 +180,9 @@ def _kv_blocks(d: Path, block_size: int | None) -> int | None:
     text = log.read_text(encoding="utf-8", errors="replace")
     m = re.search(r"# GPU blocks: (\d+)", text)
     if m:
+        if int(m.group(1)) <= 0:
+            raise DataError(f"{log}: '# GPU blocks: {m.group(1)}': no KV cache, vLLM could not "
+                            "have served")
         return int(m.group(1))
     m = re.search(r"GPU KV cache size: ([\d,]+) tokens", text)
     return int(m.group(1).replace(",", "")) // (block_size or 16) if m else None

@@ -78,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
                         max_batched_tokens=args.max_num_batched_tokens,
                         kv_blocks=args.kv_blocks, block_size=args.block_size,
                         max_model_len=args.max_model_len)
+    for flag, val in (("--name", args.name), ("--stages", args.stages),
+                      ("--workload", args.workload), ("--model-id", args.model_id),
+                      ("--model-short", args.model_short)):
+        if val is not None and not val.strip():  # an unset shell variable, most likely
+            raise UserError(f"{flag}: empty (leave it out for the default)")
     stages = parse_stages(args.stages) if args.stages else None
     common = {"hardware": args.hardware, "flags": flags, "name": args.name,
               "workload": args.workload, "model_id": args.model_id,

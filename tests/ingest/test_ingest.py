@@ -116,6 +116,12 @@ def test_settings_missing_or_contradicting_the_header(tmp_path, capsys):
              needle="no shipped GPU of that name")
 
 
+@pytest.mark.parametrize("flag", ["--name", "--stages", "--workload", "--model-short"])
+def test_an_empty_flag_is_refused_not_defaulted(tmp_path, capsys, flag):
+    h, _ = write(tmp_path / "t")
+    _refused(tmp_path, capsys, h, flag, "", needle=f"{flag}: empty")
+
+
 def test_a_kv_pool_that_cannot_hold_one_request_is_refused(tmp_path, capsys):
     """As vLLM refuses to start (it once ingested, and `evolve run` crashed on it)."""
     h, _ = write(tmp_path / "t")
@@ -245,6 +251,7 @@ def test_inference_perf_summary_of_other_requests_is_not_used(tmp_path, capsys):
     ("profile.yaml", lambda d: d["load"].__setitem__("stages", "5x600"),
      "field 'load.stages': not a list of stages"),
     ("profile.yaml", lambda d: d.__setitem__("data", [1]), "field 'data': not a mapping"),
+    ("vllm.log", None, "'# GPU blocks: 0': no KV cache"),
     ("profile.yaml", lambda d: d["data"].__setitem__("shared_prefix", "abc"),
      "data, field 'shared_prefix': not a mapping"),
     ("profile.yaml", lambda d: d["data"]["shared_prefix"].__setitem__("output_len", -5),
@@ -258,9 +265,12 @@ def test_inference_perf_summary_of_other_requests_is_not_used(tmp_path, capsys):
 def test_inference_perf_bad_settings_name_file_and_field(tmp_path, capsys, file, edit, needle):
     """Settings the run records are used, so a bad one is an error, never skipped."""
     d = _perf_dir(tmp_path)
-    doc = yaml.safe_load((d / file).read_text())
-    edit(doc)
-    (d / file).write_text(yaml.safe_dump(doc))
+    if edit is None:  # the vLLM log: plain text
+        (d / file).write_text("INFO ... # GPU blocks: 0, # CPU blocks: 0\n")
+    else:
+        doc = yaml.safe_load((d / file).read_text())
+        edit(doc)
+        (d / file).write_text(yaml.safe_dump(doc))
     code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
                  str(model_dir(tmp_path)), "--hardware", "H100"])
     err = capsys.readouterr().err
