@@ -106,7 +106,9 @@ class Endpoint:
                 error = f"connection error: {_cause(exc)}"
             except openai.APIStatusError as exc:
                 code = exc.status_code
-                error = f"HTTP {code}: {_short(exc.message)}"
+                error = f"HTTP {code}: {_short(exc.message)}" + (
+                    " (no chat completions there: is base_url an OpenAI-compatible /v1?)"
+                    if code in (404, 405, 501) else "")
                 if code == 429 or code >= 500:  # retryable; the server may say when
                     retry_after = _retry_after(exc.response.headers)
                 else:
@@ -136,6 +138,9 @@ class Endpoint:
     def _success(self, resp: Any, request: dict[str, Any], start: float, attempts: int,
                  estimate: Callable[[str], int] | None) -> Exchange:
         latency = time.monotonic() - start
+        if not hasattr(resp, "choices"):  # e.g. an HTML page sent with a 200
+            return self._failed(API_ERROR, f"bad response: not a chat completion "
+                                f"({_short(str(resp))!r})", start, attempts)
         choices = getattr(resp, "choices", None) or []
         if not choices:
             return self._failed(API_ERROR, "response has no choices", start, attempts)
