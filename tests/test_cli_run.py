@@ -174,6 +174,8 @@ def test_read_only_commands(uninterrupted, capsys):
     (["frontier", "--run", "9", "--archive", "{arch}"], "no run 9"),
     (["show", "0", "--run", "9", "--archive", "{arch}"], "no run 9"),
     (["validate", "0", "--run", "9", "--archive", "{arch}"], "no run 9"),
+    (["validate", "0", "--no-plots", "--out", "{tmp}/v", "--archive", "{arch}"],
+     "--out holds only the plots"),
     (["export-go", "0", "--run", "9", "--archive", "{arch}"], "no run 9"),
     (["run", "--resume", "9", "--archive", "{arch}"], "no run 9"),
     (["run", "--resume", "1", "--seed", "5", "--archive", "{arch}"], "cannot change run.seed"),

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
     parser.add_argument("--split", default="all", choices=["all", "train", "validate", "test"],
                         help="which runs to simulate")
-    parser.add_argument("--out", default="runs/validate", help="directory for the plots")
+    parser.add_argument("--out", help="directory for the plots (default: runs/validate)")
     parser.add_argument("--constants", help="JSON file {group: {name: value}} for a program file")
     parser.add_argument("--scope", choices=["global", "per_model", "pooled", "per_scenario"],
                         help="constant scope (default: inferred from the constant groups)")
@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator
+    from evolve.errors import UserError
     from evolve.fitting import const_map
     from evolve.validation import (
         context_lines,
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
         validate,
     )
 
+    if args.no_plots and args.out is not None:
+        raise UserError("--out holds only the plots, and --no-plots skips them: give one")
+    args.out = args.out or "runs/validate"
     if not args.no_plots:  # an unwritable --out is found now, not after the simulations
         output_dir(args.out, "--out")
     program, groups, label = load_target(args)
