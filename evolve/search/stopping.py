@@ -14,8 +14,10 @@ the driver decides when to stop, and terminates them. Why: a terminal's Ctrl-C, 
 coreutils ``timeout`` (the signal to the process, then to its whole group), used to reach
 the workers too; an idle worker waits for its next job inside the pool's queue lock, and
 one killed there left the lock taken, so stopping the pool hung forever. For the same
-reason the driver acts on the first stop signal only: a second one (``timeout`` sends two)
-must not cut short the cleanup that marks the run ``interrupted`` and releases its lock.
+reason a repeat of the stop signal within :data:`REPEAT_IGNORED_S` of the first is
+ignored: ``timeout`` sends two at once, and the second must not cut short the cleanup that
+marks the run ``interrupted`` and releases its lock. A later one (a user who does not want
+to wait for the cleanup) stops at once; the lock it leaves is stale and taken over.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -46,19 +49,23 @@ class StopRequested(BaseException):
 
 _critical_depth = 0
 _pending: int | None = None
-_stopping = False  # a stop was raised: later signals are ignored while it unwinds
+REPEAT_IGNORED_S = 2.0
+_stopped_at: float | None = None  # when a stop was raised (monotonic), None before
 
 
 def _stop(signum: int) -> StopRequested:
-    global _stopping
-    _stopping = True
+    global _stopped_at
+    if _stopped_at is None:
+        _stopped_at = time.monotonic()
     return StopRequested(signum)
 
 
 def _handler(signum: int, _frame: FrameType | None) -> None:
     global _pending
-    if _stopping:
-        return
+    if _stopped_at is not None:
+        if time.monotonic() - _stopped_at < REPEAT_IGNORED_S:
+            return  # the same stop, sent twice: let its cleanup finish
+        raise StopRequested(signum)  # asked again later: stop now
     if _critical_depth > 0:
         _pending = signum
         return
@@ -69,12 +76,12 @@ def _handler(signum: int, _frame: FrameType | None) -> None:
 def stop_signals() -> Iterator[None]:
     """Turn SIGINT/SIGTERM into :class:`StopRequested` for the duration (main thread
     only; elsewhere this does nothing)."""
-    global _pending, _stopping
+    global _pending, _stopped_at
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
-    _pending, _stopping = None, False
+    _pending, _stopped_at = None, None
     try:
         yield
     finally:

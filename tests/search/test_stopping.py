@@ -53,6 +53,30 @@ def test_first_signal_stops_and_a_repeat_is_ignored_while_stopping():
     assert info.value.exit_code == 143 and cleaned
 
 
+def test_a_later_repeat_stops_at_once(monkeypatch):
+    """A user who asks again after the repeat window does not wait for the cleanup."""
+    import time
+
+    from evolve.search import stopping
+
+    monkeypatch.setattr(stopping, "REPEAT_IGNORED_S", 0.05)
+    reached = []
+    with pytest.raises(StopRequested), stop_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10_000_000):
+                pass
+        except StopRequested:
+            time.sleep(0.1)
+            with pytest.raises(StopRequested):  # the second one lands in the cleanup
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(10_000_000):
+                    pass
+                reached.append("cleanup finished")
+            raise
+    assert reached == []
+
+
 def test_a_signal_inside_critical_is_raised_when_it_ends():
     steps = []
     with pytest.raises(StopRequested) as info, stop_signals():
