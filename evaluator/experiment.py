@@ -141,8 +141,8 @@ def load_experiment(exp_dir: Path, data: Path | None = None) -> Scenario:
     server = Server(tp=cfg["tp"], max_num_seqs=cfg["max_num_seqs"],
                     max_batched_tokens=cfg["max_batched_tokens"], kv_blocks=cfg["kv_blocks"],
                     block_size=cfg["block_size"], max_model_len=cfg["max_model_len"])
-    if server.too_small():
-        raise DataError(f"{path}: field 'config.kv_blocks_total_gpu': {server.too_small()}")
+    if why := server.too_small():
+        raise DataError(f"{path}: field 'config.kv_blocks_total_gpu': {why}")
     model_id = str(_get(doc, path, "model_id", str))
     split = str(_get(doc, path, "split", str))
     if split not in SPLITS:

@@ -152,10 +152,10 @@ def resolve_server(flags: ServerFlags, known: dict[str, tuple[int, str]],
             raise DataError(f"{where}: {val} is out of range")
         vals[key] = int(val)
     server = Server(**vals)
-    if server.too_small():
+    if why := server.too_small():
         rec = known.get("kv_blocks")
         where = rec[1] if flags.kv_blocks is None and rec is not None else "--kv-blocks"
-        raise DataError(f"{where}: {server.too_small()}")
+        raise DataError(f"{where}: {why}")
     return server, notes
 
 

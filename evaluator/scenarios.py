@@ -272,8 +272,8 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
                    ("kv_blocks", "kv_blocks_total_gpu"), ("block_size", "block_size")):
         if getattr(server, k) <= 0:
             raise DataError(f"{req_path}: field 'config.{key}' must be positive")
-    if server.too_small():
-        raise DataError(f"{req_path}: field 'config.kv_blocks_total_gpu': {server.too_small()}")
+    if why := server.too_small():
+        raise DataError(f"{req_path}: field 'config.kv_blocks_total_gpu': {why}")
     model_id = str(_get(doc, req_path, "model_id", str))
     split = str(_get(doc, req_path, "split", str))
     if split not in ("train", "validate", "test"):

@@ -142,6 +142,16 @@ def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str 
     return None
 
 
+def by_model(evaluator: Evaluator, consts: Mapping[str, np.ndarray],
+             names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each model's constants (those of its first run among ``names``), as :func:`check`
+    reads them: the probes are per model."""
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        out.setdefault(evaluator.by_name[name].model, consts[name])
+    return out
+
+
 def check(model: StepModel, consts_by_model: Mapping[str, np.ndarray],
           probes: Mapping[str, ProbeBatches]) -> str | None:
     """The first violation over the models (sorted by name), prefixed with the model."""

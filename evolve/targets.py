@@ -156,9 +156,7 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
         raise UserError(f"{args.archive}: archive not found "
                         "(run `evolve run` first, or pass --archive)")
     with Archive(args.archive, create=False) as ar:
-        if getattr(args, "run", None) is not None:
-            ar.run(args.run)  # "no run N" rather than "no accepted evaluation"
-        pid = ar.resolve_id(args.program)
+        pid = ar.resolve_id(args.program, getattr(args, "run", None))
         evals = [e for e in ar.evaluations_of(pid) if e.status == "accepted" and e.constants
                  and (args.run is None or e.run_id == args.run)]
         if not evals:

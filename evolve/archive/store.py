@@ -266,8 +266,11 @@ class Archive:
         with self._session() as s:
             return list(s.scalars(q.order_by(ProgramRow.run_id)))
 
-    def resolve_id(self, prefix: str) -> str:
-        """The full program id starting with ``prefix``; unknown or ambiguous is an error."""
+    def resolve_id(self, prefix: str, run_id: int | None = None) -> str:
+        """The full program id starting with ``prefix``; unknown or ambiguous is an error,
+        and so is a ``run_id`` the archive does not hold ("no run N" comes first)."""
+        if run_id is not None:
+            self.run(run_id)
         prefix = prefix.strip().lower()
         if not re.fullmatch(r"[0-9a-f]{1,64}", prefix):
             raise ArchiveError(f"{self.path}: no program with id {prefix!r} (ids are hex)")

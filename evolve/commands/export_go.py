@@ -159,9 +159,7 @@ def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, A
     from evolve.targets import parse_stored
 
     with Archive(args.archive, create=False) as archive:
-        if args.run is not None:
-            archive.run(args.run)  # "no run N" before "program ... is not in run N"
-        pid = archive.resolve_id(args.id)
+        pid = archive.resolve_id(args.id, args.run)
         rows = archive.program(pid, args.run)
         if not rows:
             raise ArchiveError(f"{args.archive}: program {pid[:12]} is not in run {args.run}")

@@ -105,20 +105,14 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
-def _physics_note(program: Any, model: Any, ev: Any, train: list[str], init_map: Any,
-                  consts: Any, probes: Any) -> str:
+def _physics_note(model: Any, ev: Any, train: list[str], init_map: Any, consts: Any,
+                  probes: Any) -> str:
     """Why a fit can end above its starting loss: it minimises the training loss plus the
     physics penalty, and the initial constants may break physics (said, with the check)."""
-    from evolve.physics import check
+    from evolve.physics import by_model, check
 
-    def first(cmap: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in train:
-            out.setdefault(ev.by_name[name].model, cmap[name])
-        return out
-
-    before = check(model, first(init_map), probes) or "none"
-    after = check(model, first(consts), probes) or "none"
+    before = check(model, by_model(ev, init_map, train), probes) or "none"
+    after = check(model, by_model(ev, consts, train), probes) or "none"
     return (f"the fit minimises the training loss plus the physics penalty "
             f"(evolve/physics.py; --no-physics fits the loss alone)\n  at the initial "
             f"constants: {before}\n  fitted: {after}")
@@ -223,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\ntraining loss (fitting windows, teacher forced): {_fmt(res.init_loss, 4)} at "
           f"the initial constants -> {_fmt(res.loss, 4)} fitted ({res.status})")
     if probes and res.loss > res.init_loss:
-        print(_physics_note(program, model, ev, train, init_map, consts, probes))
+        print(_physics_note(model, ev, train, init_map, consts, probes))
     print(f"\nper run: {scoring}; times in s; APE of the mean")
     for split in SPLIT_ORDER:
         names = [n for n in all_names if ev.by_name[n].split == split]

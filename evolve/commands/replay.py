@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.targets import parse_stored
 
     with Archive(args.archive, create=False) as archive:
-        pid = archive.resolve_id(args.id)
+        pid = archive.resolve_id(args.id, args.run)
         runs = [args.run] if args.run is not None else sorted(
             {e.run_id for e in archive.evaluations_of(pid) if e.status == "accepted"},
             reverse=True)

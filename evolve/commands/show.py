@@ -36,9 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.errors import ArchiveError
 
     with Archive(args.archive, create=False) as archive:
-        if args.run is not None:
-            archive.run(args.run)  # "no run N" before "program ... is not in run N"
-        pid = archive.resolve_id(args.id)
+        pid = archive.resolve_id(args.id, args.run)
         rows = archive.program(pid, args.run)
         if not rows:
             raise ArchiveError(f"{args.archive}: program {pid[:12]} is not in run {args.run}")

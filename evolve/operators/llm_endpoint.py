@@ -141,7 +141,7 @@ class Endpoint:
         if not hasattr(resp, "choices"):  # e.g. an HTML page sent with a 200
             return self._failed(API_ERROR, f"bad response: not a chat completion "
                                 f"({_short(str(resp))!r})", start, attempts)
-        choices = getattr(resp, "choices", None) or []
+        choices = resp.choices or []
         if not choices:
             return self._failed(API_ERROR, "response has no choices", start, attempts)
         try:  # an endpoint that is not OpenAI-compatible may send anything with a 200

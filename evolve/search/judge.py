@@ -82,10 +82,7 @@ def score_program(ctx: RunContext, program: Program,
         reason = (f"invalid on {bad[0]}: {runs[bad[0]].reason}" if bad else
                   "non-finite training loss")
     if not reason and ctx.probes:
-        first: dict[str, np.ndarray] = {}
-        for name in ctx.names:
-            first.setdefault(ev.by_name[name].model, consts[name])
-        reason = physics.check(model, first, ctx.probes) or ""
+        reason = physics.check(model, physics.by_model(ev, consts, ctx.names), ctx.probes) or ""
     search = float(train_loss)
     if not reason and not train_only and ctx.transfer_weight > 0:
         search, reason = _with_transfer(ctx, program, metrics, search)
