@@ -270,6 +270,12 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
                         for i, s in enumerate(st)) if isinstance(st, list) and st else None
     if prof_stages is not None and any(s.duration_s <= 0 for s in prof_stages):
         raise DataError(f"{prof_path}: field 'load.stages': rate >= 0 and duration > 0 needed")
+    done = np.array([s == "ok" for s in raw["status"]])
+    untimed = int(np.sum(done & ~np.isfinite(raw["ttft"])))
+    if untimed:
+        notes.append(f"{untimed} of {int(done.sum())} completed records have no "
+                     "output_token_times: their TTFT is unknown, left out of the measured "
+                     "TTFT and ITL")
     timeout = _dig(prof, "load", "request_timeout")
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         notes += timeout_notes(np.array([float(timeout)]))

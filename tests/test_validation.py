@@ -138,6 +138,8 @@ def test_validate_writes_the_three_plots(tmp_path, data_path, capsys):
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "runs at a knee" in text and "long-context price" in text
-    pngs = sorted(p.name for p in out.iterdir())
+    pngs = sorted(p.name for p in out.iterdir() if p.suffix == ".png")
     assert pngs == ["e2e_cdfs.png", "knees.png", "pred_vs_measured.png"]
+    whose = json.loads((out / "plots.json").read_text())
+    assert whose["label"] == "layered" and len(whose["program"]) == 64
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)

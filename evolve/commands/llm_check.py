@@ -93,14 +93,20 @@ def run(args: argparse.Namespace) -> int:
             probe = _probe(endpoint, cfg, args.constrain)
     finally:
         endpoint.close()
+    failure = None
     if ex.status != OK:
-        raise UserError(f"{cfg.model} at {cfg.base_url}: {ex.error}")
-    if not (ex.reply or "").strip():  # the search would get no program from it either
-        raise UserError(f"{cfg.model} at {cfg.base_url}: answered with no text (content "
-                        f"{ex.reply!r}; finish {ex.finish_reason}): not an OpenAI-compatible "
-                        "chat completion?")
+        failure = f"{cfg.model} at {cfg.base_url}: {ex.error}"
+    elif not (ex.reply or "").strip():  # the search would get no program from it either
+        failure = (f"{cfg.model} at {cfg.base_url}: answered with no text (content "
+                   f"{ex.reply!r}; finish {ex.finish_reason}): not an OpenAI-compatible "
+                   "chat completion?")
+    if failure is not None:
+        if args.json:  # a script reading stdout gets an answer too; the line goes to stderr
+            print(json.dumps({"ok": False, "model": cfg.model, "base_url": cfg.base_url,
+                              "attempts": ex.attempts, "error": failure}, sort_keys=True))
+        raise UserError(failure)
     cost = cfg.cost_usd(ex.prompt_tokens, ex.completion_tokens)
-    result = {"model": cfg.model, "base_url": cfg.base_url, "latency_s": ex.latency_s,
+    result = {"ok": True, "model": cfg.model, "base_url": cfg.base_url, "latency_s": ex.latency_s,
               "attempts": ex.attempts, "reply": ex.reply, "finish_reason": ex.finish_reason,
               "prompt_tokens": ex.prompt_tokens, "completion_tokens": ex.completion_tokens,
               "usage_estimated": ex.usage_estimated, "cost_usd": cost, **probe}

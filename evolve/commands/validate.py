@@ -4,8 +4,9 @@ Prints the per-run table (measured vs simulated mean/p90/p99 E2E and TTFT, decod
 interval, APE, split), the decode interval by admission time of the runs that queue, the
 program's long-context price per model and the runs at a knee (``evaluator.sensitivity``:
 every run is simulated again at step times 3 % shorter and longer), and writes three PNG
-plots. ID is an archived program id (prefix accepted); its constants are those of its
-latest accepted evaluation. A program file can be validated too, with ``--constants JSON``
+plots and ``plots.json`` (whose they are, for ``evolve report --validate-dir``). ID is an
+archived program id (prefix accepted); its constants are those of its latest accepted
+evaluation. A program file can be validated too, with ``--constants JSON``
 ({group: {name: value}}) or at its initial constants.
 """
 
@@ -86,4 +87,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:
         for p in plot(val, Path(args.out), label):
             print(f"wrote {p}", file=sys.stderr)
+        from evolve.report.validation import PLOTS_OF  # whose plots, for `report`
+
+        (Path(args.out) / PLOTS_OF).write_text(json.dumps(
+            {"program": program.id, "label": label, "scope": scope, "runs": sorted(names)},
+            indent=1, sort_keys=True) + "\n")
     return 0

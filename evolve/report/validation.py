@@ -10,13 +10,15 @@ Two sources, and why both:
 * **``evolve validate`` PNGs** (``--validate-dir DIR``, default off): per-request E2E CDFs
   need the simulated requests, which the archive does not keep; ``evolve validate ID --out
   DIR`` simulates all 16 runs whole and writes ``pred_vs_measured.png``,
-  ``e2e_cdfs.png`` and ``knees.png``. The report embeds every PNG of DIR (base64, so the
-  page stays one file).
+  ``e2e_cdfs.png`` and ``knees.png``, and ``plots.json`` naming the program. The report
+  embeds every PNG of DIR (base64, so the page stays one file) and says whose they are:
+  plots of another program than the pick beside the pick's table would mislead.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from evolve.report.data import RunData
 from evolve.report.pick import champion
 
 KEYS = (("e2e_mean", "mean E2E (s)"), ("ttft_mean", "mean TTFT (s)"))
+PLOTS_OF = "plots.json"  # written by `evolve validate` beside its PNGs: {"program": id, ...}
 
 
 @dataclass
@@ -52,6 +55,7 @@ class ValidationPage:
     points: list[PredMeas]
     images: list[Image]
     validate_dir: str | None
+    plots_note: str = ""  # whose plots they are, said when not the pick's or champion's
 
 
 def pred_vs_measured(data: RunData, pid: str, role: str) -> list[PredMeas]:
@@ -84,5 +88,22 @@ def build_validation(data: RunData, validate_dir: str | Path | None = None) -> V
     if len(targets) == 2 and targets[0][1] == targets[1][1]:
         targets = [("pick and champion", targets[0][1])]
     points = [pt for role, pid in targets for pt in pred_vs_measured(data, pid, role)]
-    return ValidationPage(targets, points, load_images(validate_dir),
-                          str(validate_dir) if validate_dir else None)
+    images = load_images(validate_dir)
+    note = plots_note(validate_dir, [pid for _r, pid in targets]) if images else ""
+    return ValidationPage(targets, points, images,
+                          str(validate_dir) if validate_dir else None, note)
+
+
+def plots_note(directory: str | Path | None, targets: list[str]) -> str:
+    """'' when ``plots.json`` names the pick or the champion; otherwise what is known."""
+    path = Path(directory or ".") / PLOTS_OF
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        pid = str(doc["program"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return (f"Which program these plots show is not recorded (no readable {PLOTS_OF}; "
+                "`evolve validate --out` writes it).")
+    if pid in targets:
+        return ""
+    return (f"These plots are of program {pid[:12]}, which is neither the pick nor the "
+            "champion of this run.")

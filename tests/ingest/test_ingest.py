@@ -239,6 +239,25 @@ def test_inference_perf_summary_of_other_requests_is_not_used(tmp_path, capsys):
     assert sc.measured.summary["e2e_mean"] == pytest.approx(0.5)  # the records', not 2.0
 
 
+def test_inference_perf_records_without_token_times_are_noted(tmp_path, capsys):
+    """A completed record without output_token_times has no TTFT: said, and the measured
+    TTFT is the timed records' alone."""
+    d = _perf_dir(tmp_path)
+    path = d / "results" / "per_request_lifecycle_metrics.json"
+    rows = json.loads(path.read_text())
+    for r in rows[:3]:  # three completed records (the failed one is row 16 - 6 = 9)
+        r["info"]["output_token_times"] = []
+    path.write_text(json.dumps(rows))
+    code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), "--hardware", "H100"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "3 of 15 completed records have no output_token_times" in out.out + out.err
+    (sc,) = load_scenarios(tmp_path / "data")
+    assert int(np.sum(~sc.measured.failed & np.isnan(sc.measured.ttft_s))) == 3
+    assert sc.measured.summary["ttft_mean"] == pytest.approx(0.03)
+
+
 @pytest.mark.parametrize(("file", "edit", "needle"), [
     ("exp-config.yaml", lambda d: d.__setitem__("max_num_seqs", "many"),
      "field 'max_num_seqs': must be a positive integer, got 'many'"),

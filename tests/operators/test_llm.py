@@ -321,6 +321,25 @@ def test_llm_check_unreachable_is_one_line_and_nonzero(serve, capsys):
     assert err.count("\n") == 1 and "connection error" in err and server.base_url in err
 
 
+def test_llm_check_json_answers_on_stdout_also_on_failure(serve, capsys):
+    """A script reading ``--json`` gets an object either way: ok true or ok false + error."""
+    import json
+
+    from evolve.cli import main
+
+    server = serve(lambda req, n: Reply(content="pong", prompt_tokens=12, completion_tokens=1))
+    args = ["llm-check", "--llm", "test-model", "--llm-base-url", server.base_url, "--json"]
+    assert main(args) == 0
+    good = json.loads(capsys.readouterr().out)
+    assert good["ok"] is True and good["reply"] == "pong" and good["prompt_tokens"] == 12
+    server.stop()
+    assert main([*args, "--timeout", "1"]) == 2
+    captured = capsys.readouterr()
+    bad = json.loads(captured.out)
+    assert bad["ok"] is False and "connection error" in bad["error"]
+    assert bad["error"] in captured.err and captured.err.count("\n") == 1
+
+
 # ---- configuration -----------------------------------------------------------------------
 
 def test_no_seed_sent_when_disabled(serve, parents):

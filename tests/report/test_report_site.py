@@ -61,6 +61,27 @@ def test_validate_dir_pngs_are_embedded(synthetic_archive, tmp_path):
     write_report(synthetic_archive, tmp_path / "r", opts=Options(validate_dir=str(tmp_path / "v")))
     html = (tmp_path / "r" / "validation.html").read_text()
     assert 'src="data:image/png;base64,' in html and "e2e_cdfs.png" in html
+    assert "Which program these plots show is not recorded" in html
+
+
+def test_validate_dir_plots_of_another_program_are_said(synthetic_archive, tmp_path):
+    """Plots of another program beside the pick's table would mislead: the page says so,
+    and says nothing when they are the pick's."""
+    import json
+
+    from evolve.report.data import open_run
+
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "e2e_cdfs.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    pick = open_run(synthetic_archive).pick_id()
+    assert pick
+    for pid, said in (("ab" * 32, True), (pick, False)):
+        (tmp_path / "v" / "plots.json").write_text(json.dumps({"program": pid}))
+        write_report(synthetic_archive, tmp_path / "r",
+                     opts=Options(validate_dir=str(tmp_path / "v")))
+        html = (tmp_path / "r" / "validation.html").read_text()
+        assert ("These plots are of program abababababab" in html) is said
+        assert "not recorded" not in html
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path, synthetic_archive, capsys):
