@@ -251,3 +251,17 @@ def make_parent(source: str = ROOFLINE, loss: float = 0.2513, scale: float = 1.0
     consts = {"global": {c.name: c.init * 1.37 for c in program.constants}}
     return Parent(program=program, constants=consts, loss=loss,
                   train_errors=train_errors(scale), worst_batches=worst)
+
+
+def llm_config(server: LLMServer | None, **kw: Any) -> Any:
+    """An ``LLMConfig`` for ``server`` with test-sized timeouts and backoff (``kw`` wins);
+    no server: a port where nothing listens."""
+    from evolve.operators.llm_config import LLMConfig
+
+    base = {"model": "test-model",
+            "base_url": server.base_url if server else "http://127.0.0.1:9/v1",
+            "api_key_env": "EVOLVE_TEST_NO_SUCH_KEY", "timeout_s": 5.0, "retries": 2,
+            "backoff_base_s": 0.01, "backoff_cap_s": 0.05, "concurrency": 3,
+            "crossover_prob": 0.0}
+    base.update(kw)
+    return LLMConfig(**base)

@@ -19,6 +19,7 @@ from llm_server import (
     Reply,
     fenced,
     good_responder,
+    llm_config,
     make_parent,
     parent_source,
     program_for,
@@ -42,27 +43,7 @@ CONTRACT_KEYS = {"request_hash", "model", "template_version", "prompt_tokens",
 
 
 def config(server: LLMServer | None, **kw) -> LLMConfig:
-    base = {"model": "test-model", "base_url": server.base_url if server else "http://127.0.0.1:9/v1",
-            "api_key_env": "EVOLVE_TEST_NO_SUCH_KEY", "timeout_s": 5.0, "retries": 2,
-            "backoff_base_s": 0.01, "backoff_cap_s": 0.05, "concurrency": 3,
-            "crossover_prob": 0.0}
-    base.update(kw)
-    return LLMConfig(**base)
-
-
-@pytest.fixture
-def serve():
-    """Start servers with a given responder; every one is stopped after the test."""
-    servers: list[LLMServer] = []
-
-    def start(responder=good_responder, lifetime_s: float = 30.0) -> LLMServer:
-        s = LLMServer(responder, lifetime_s=lifetime_s).start()
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.stop()
+    return llm_config(server, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -15,33 +15,22 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llm_server import LLMServer, Reply, fenced, good_responder, make_parent, program_for
+from llm_server import (
+    LLMServer,
+    Reply,
+    fenced,
+    good_responder,
+    llm_config,
+    make_parent,
+    program_for,
+)
 
 from evolve.operators.llm import LLMOperator
 from evolve.operators.llm_config import LLMConfig
 
 
 def config(server: LLMServer, **kw) -> LLMConfig:
-    base = {"model": "test-model", "base_url": server.base_url,
-            "api_key_env": "EVOLVE_TEST_NO_SUCH_KEY", "timeout_s": 5.0, "retries": 3,
-            "backoff_base_s": 0.01, "backoff_cap_s": 0.05, "concurrency": 2,
-            "crossover_prob": 0.0}
-    base.update(kw)
-    return LLMConfig(**base)
-
-
-@pytest.fixture
-def serve():
-    servers: list[LLMServer] = []
-
-    def start(responder=good_responder) -> LLMServer:
-        s = LLMServer(responder, lifetime_s=30.0).start()
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.stop()
+    return llm_config(server, **{"retries": 3, "concurrency": 2, **kw})
 
 
 def propose(cfg: LLMConfig, n: int = 1):
