@@ -19,6 +19,8 @@ slices; the official score remains the full closed-loop simulation.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -53,9 +55,15 @@ class SliceObjective:
     def __init__(self, sl: Evaluator, model: StepModel, runs: Sequence[str]) -> None:
         self.sl, self.model, self.runs = sl, model, list(runs)
 
-    def one(self, x: np.ndarray) -> float:
-        """The slice loss of one constant vector (``inf`` if invalid)."""
-        sims = self.sl.simulate(self.model, dict.fromkeys(self.runs, x), names=self.runs)
+    def one(self, x: np.ndarray, per_slice: Mapping[str, np.ndarray] | None = None) -> float:
+        """The slice loss of one constant vector (or of ``per_slice`` vectors); ``inf`` if
+        invalid, also where the program refuses them (e.g. a negative ``queueing_time``),
+        as the judge scores it."""
+        consts = per_slice if per_slice is not None else dict.fromkeys(self.runs, x)
+        try:
+            sims = self.sl.simulate(self.model, consts, names=self.runs)
+        except (ArithmeticError, ValueError):
+            return math.inf
         return float(loss({n: r.metrics for n, r in sims.items()}, self.runs))
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
@@ -151,11 +159,9 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
 
     if scope == "pooled" and start and "global" in start:
         groups["global"] = {k: float(v) for k, v in start["global"].items()}
-    all_names = [s.name for s in sl.scenarios]
-    final = loss({n: r.metrics for n, r in sl.simulate(model, slice_consts(groups)).items()},
-                 all_names)
-    init_loss = loss({n: r.metrics for n, r in
-                      sl.simulate(model, slice_consts(start or {})).items()}, all_names)
+    everything = SliceObjective(sl, model, [s.name for s in sl.scenarios])
+    final = everything.one(np.array([]), slice_consts(groups))
+    init_loss = everything.one(np.array([]), slice_consts(start or {}))
     status = "ok" if any(v == "ok" for v in g_status.values()) else "no_improvement"
     return FitResult(groups=groups, loss=final, n_evals=n_total, status=status,
                      init_loss=init_loss, group_status=g_status, group_loss=g_loss,

@@ -88,6 +88,22 @@ def test_never_valid_program_reports_no_improvement_and_inf(ev):
     assert all(g == {"a": 1.0} for g in r.groups.values())  # nothing beat the start
 
 
+def test_a_queueing_time_refused_at_some_constants_is_a_penalty_not_a_crash(ev):
+    """The simulator refuses a negative queueing time (ValueError); the slice objective
+    scores it as invalid, as the judge does, and a fit whose samples stray there (half of
+    them, from q = 3 in [-100, 100]) goes on with the valid ones."""
+    p = parse_program('CONSTANTS = {"step_us": (20000.0, 1000.0, 80000.0), '
+                      '"q": (3.0, -100.0, 100.0)}\n'
+                      "def step_time(f, c):\n    return c.step_us + 0.0 * f.tp\n"
+                      "def queueing_time(r, c):\n    return c.q + 0.0 * r.input_tokens\n")
+    sl = slice_evaluator(ev, ev.names(), **SLICE)
+    runs = [s.name for s in sl.scenarios]
+    obj = SliceObjective(sl, step_model(p), runs)
+    assert obj(np.array([[20000.0, -2.0]])).tolist() == [PENALTY]
+    r = closed_loop_fit(p, ev, ev.names(), "global", seed=3, max_evals=30, **SLICE)
+    assert r.status == "ok" and np.isfinite(r.loss) and r.groups["global"]["q"] >= 0
+
+
 def test_prior_pulls_the_closed_loop_fit_towards_the_declared_constants(ev):
     """From a far start, a strong prior keeps the fit near the declared (slow) constants."""
     p = slow_roofline()
