@@ -16,8 +16,15 @@ Rule: a constant is *inert* for a group when it is not read by ``queueing_time``
 of the E2E-only constants (``post_decode_us``, ``output_token_us``), and the step times
 over every feature column the fit can see (its fitting windows and the physics probes of
 its models) are bitwise identical with the constant at the low end, the middle and the
-high end of its box. Bitwise, because a constant that moves one step time by one ulp is
-felt. With no columns at all nothing is frozen.
+high end of its box, the others held at each of three base points: the start, and every
+other constant a quarter and three quarters into its box. Bitwise, because a constant that
+moves one step time by one ulp is felt. With no columns at all nothing is frozen.
+
+Why more than the start: a constant can be silent at the start only because another one
+sits at a neutral value there. The offline ``wrap_where`` edit writes ``where(f.x > c.t,
+e, c.s * e)`` with ``c.s`` starting at 1, where both branches agree and the threshold
+``c.t`` moves nothing; judged at the start alone, every such threshold was frozen and never
+fitted (found in review). A constant gated by the architecture is silent at every base.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from evolve.language import Program
 from evolve.physics import population_step_times
 
 _PROBE_UNITS = (0.0, 0.5, 1.0)  # where in its box each constant is tried
+_BASE_UNITS = (0.25, 0.75)  # the other constants, besides at the start (module docstring)
 
 
 def _read_outside_step(program: Program) -> set[str]:
@@ -62,18 +70,24 @@ def inert_constants(program: Program, model: StepModel, blocks: Sequence[np.ndar
     if not candidates:
         return mask
     ends = box.from_unit(np.repeat(np.asarray(_PROBE_UNITS)[:, None], n, axis=1))
-    X = np.tile(start, (1 + len(candidates) * len(_PROBE_UNITS), 1))
-    row = 1
-    for k in candidates:  # only constant k moves; the others stay exactly at start
-        for i in range(len(_PROBE_UNITS)):
-            X[row, k] = ends[i, k]
-            row += 1
+    bases = [start, *box.from_unit(np.repeat(np.asarray(_BASE_UNITS)[:, None], n, axis=1))]
+    per_base = 1 + len(candidates) * len(_PROBE_UNITS)
+    X = np.repeat(np.asarray(bases, dtype=np.float64), per_base, axis=0)
+    for b in range(len(bases)):
+        row = b * per_base + 1
+        for k in candidates:  # only constant k moves; the others stay at the base
+            for i in range(len(_PROBE_UNITS)):
+                X[row, k] = ends[i, k]
+                row += 1
     T = population_step_times(model.vector_fn, F, X)
-    row = 1
-    for k in candidates:
-        rows = T[row:row + len(_PROBE_UNITS)]
-        mask[k] = all(np.array_equal(r, T[0], equal_nan=True) for r in rows)
-        row += len(_PROBE_UNITS)
+    mask[candidates] = True
+    for b in range(len(bases)):
+        row = b * per_base + 1
+        base = T[b * per_base]
+        for k in candidates:
+            rows = T[row:row + len(_PROBE_UNITS)]
+            mask[k] &= all(np.array_equal(r, base, equal_nan=True) for r in rows)
+            row += len(_PROBE_UNITS)
     return mask
 
 

@@ -88,6 +88,9 @@ def fingerprint(program: Program, probe: np.ndarray, digits: int) -> str:
                                *_predictions(program, probe, probe_constants(program))])
     except Exception as exc:  # a program that cannot even run gets a unique print
         return "error:" + hashlib.sha256(f"{program.id}:{exc}".encode()).hexdigest()[:24]
+    if not np.all(np.isfinite(vals)):  # NaN hides the function: two such programs may
+        # differ wherever their fit takes them, so each gets a print of its own
+        return "nonfinite:" + hashlib.sha256(program.id.encode()).hexdigest()[:24]
     text = ",".join(np.format_float_scientific(v, precision=digits - 1, unique=False)
-                    if np.isfinite(v) else repr(float(v)) for v in vals)
+                    for v in vals)
     return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -55,3 +55,21 @@ def test_fits_keep_inert_constants_at_their_start_and_fit_the_rest(refreshed):
     assert polished.inert["llama-2-7b"] == ("ar_us", "moe_us")
     assert polished.groups["llama-2-7b"]["moe_us"] == 77.0  # the polish's start, exactly
     assert np.isfinite(polished.loss)
+
+
+def test_a_threshold_silent_only_at_the_start_is_fitted(refreshed):
+    """``where(f.x > c.t, e, c.s * e)`` with ``c.s`` = 1 at the start (what the offline
+    wrap_where edit writes): both branches agree there, so ``c.t`` moves no step time at
+    the start, yet it is live as soon as ``c.s`` moves; it must be fitted, not frozen."""
+    wrapped = parse_program(
+        'CONSTANTS = {"t": (64.0, 1.0, 512.0), "s": (1.0, 0.5, 2.0)}\n'
+        "def step_time(f, c):\n"
+        "    return where(f.batch_size > c.t, f.weight_read, c.s * f.weight_read)\n")
+    sc = refreshed.scenarios[0]
+    got = inert_constants(wrapped, step_model(wrapped), [refreshed.fit_sets[sc.name].features],
+                          wrapped.init_vector(), Box(wrapped))
+    assert not got.any()
+    gated = inert_constants(GATED, step_model(GATED), [refreshed.fit_sets[next(
+        s.name for s in refreshed.scenarios if s.model == "llama-2-7b")].features],
+        GATED.init_vector(), Box(GATED))
+    assert dict(zip(GATED.const_names, gated, strict=True))["moe_us"]  # still frozen
