@@ -17,6 +17,21 @@ VectorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 QueueFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 ConstMap = Mapping[str, np.ndarray]
 
+# A usable step time is finite, positive and below this (11.6 days): the simulated clock
+# must not overflow, and a step that long is a program gone wrong, not a prediction. One
+# rule for every place that runs a program: closed loop, teacher forced, physics probes.
+MAX_STEP_US = 1e12
+
+
+def step_time_problem(t: np.ndarray) -> str | None:
+    """Why step times ``t`` (µs) are unusable, naming the first bad one, or None."""
+    flat = np.asarray(t, dtype=np.float64).reshape(-1)
+    bad = np.flatnonzero(~((flat > 0.0) & (flat < MAX_STEP_US)))  # NaN fails both
+    if bad.size == 0:
+        return None
+    j = int(bad[0])
+    return (f"step time {float(flat[j])!r} us at step {j} is not finite, positive and below "
+            f"{MAX_STEP_US:g} us ({bad.size} of {flat.size} steps)")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from numba import types
 
 from evaluator.components import features_into
 from evaluator.glossary import N_FEATURES, N_STATS
+from evaluator.model import MAX_STEP_US
 
 _STEP_SIG = nb.float64(nb.float64[::1], nb.float64[::1])
 STEP_FN_TYPE = types.FunctionType(_STEP_SIG)
@@ -271,7 +272,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
         for q in range(N_FEATURES):
             fvec[q] = ft1[q, 0]
         d = fn(fvec, consts)
-        if not (d > 0.0 and d < 1e12):
+        if not (d > 0.0 and d < MAX_STEP_US):
             return (step, ERR_BAD_STEP, step, n_preempt, stats, begin, end, admit, first, last,
                     aborted, pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
         for q in range(N_STATS):

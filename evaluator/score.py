@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evaluator.model import step_time_problem
+
 METRIC_KEYS = ("e2e_mean", "ttft_mean", "itl_mean", "e2e_p50", "e2e_p90", "e2e_p99",
                "ttft_p50", "ttft_p90", "ttft_p99", "failures")
 
@@ -167,11 +169,7 @@ def step_times(model, features: np.ndarray, consts: np.ndarray) -> np.ndarray:
 
 def _step_times(model, features: np.ndarray, consts: np.ndarray) -> tuple[np.ndarray, str]:
     t = step_times(model, features, consts)
-    if not np.all(np.isfinite(t)):
-        return t, "step time not finite"
-    if np.any(t <= 0):
-        return t, "step time not positive"
-    return t, ""
+    return t, step_time_problem(t) or ""
 
 
 def _lifetimes(t: np.ndarray, admit: np.ndarray, first: np.ndarray, last: np.ndarray

@@ -80,6 +80,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluator.corpus import Corpus
+from evaluator.model import MAX_STEP_US
 from evaluator.scenarios import CLIENT_TIMEOUT_S, Scenario
 from evaluator.scheduler import _STEP_SIG, ERR_BAD_STEP, ERR_STUCK, STEP_FN_TYPE, _run
 from evaluator.score import RunMetrics, metrics_from_times, queue_delay
@@ -134,7 +135,8 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
         corpus.member_len = m_len[:nm].copy()
     error = ""
     if err == ERR_BAD_STEP:
-        error = f"step time not finite and positive at step {err_step}"
+        error = (f"step time not finite, positive and below {MAX_STEP_US:g} us at step "
+                 f"{err_step}")
     elif err == ERR_STUCK:
         error = f"no request fits the KV pool at step {err_step}"
     metrics = metrics_from_times(scenario, corpus, corpus.end_us, consts, model, error)

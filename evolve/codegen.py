@@ -11,7 +11,9 @@ Numerics: the vector function runs under ``np.errstate(all="ignore")`` and its l
 ``np.float64`` (so ``1.0 / 0.0`` is ``inf``, never ``ZeroDivisionError``); the scalar
 function is compiled with numba's ``error_model="numpy"`` for the same reason (its literals
 are global floats, which numba freezes as constants, not foldable Python literals). Bad values
-are caught afterwards by ``language.check_outputs``. ``maximum``/``minimum`` propagate NaN in
+are caught afterwards by ``evaluator.api.step_time_problem`` (closed loop, teacher forced
+and on the physics probes: one rule) and, for ``queueing_time``, by the evaluator's queue
+check. ``maximum``/``minimum`` propagate NaN in
 both forms, like numpy and Go's ``math.Max``.
 """
 

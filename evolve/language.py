@@ -49,8 +49,7 @@ from evolve.lang_check import (
 
 __all__ = [
     "CALL_ARITY", "MAX_COMPLEXITY", "MAX_CONSTANTS", "MAX_WHERE", "POW_RANGE",
-    "SPECIAL_CONSTANTS", "ConstSpec", "Program", "ProgramError", "check_outputs",
-    "check_queue", "parse_program",
+    "SPECIAL_CONSTANTS", "ConstSpec", "Program", "ProgramError", "parse_program",
 ]
 
 @dataclass(frozen=True, eq=False)
@@ -225,34 +224,3 @@ def parse_program(text: str | bytes) -> Program:
         id=hashlib.sha256(source.encode("utf-8")).hexdigest(), source=source, doc=doc,
         constants=tuple(chk.constants[n] for n in names), complexity=chk.complexity,
         features=frozenset(chk.features), n_where=chk.n_where)
-
-
-def check_outputs(t: np.ndarray) -> str | None:
-    """Why step times ``t`` are unusable (non-finite or <= 0 anywhere), or None if fine."""
-    t = np.asarray(t)
-    if t.size == 0:
-        return None
-    lo, hi = t.min(), t.max()  # NaN propagates through both
-    if lo > 0.0 and hi < np.inf:
-        return None
-    flat = t.reshape(-1)
-    bad = np.flatnonzero(~np.isfinite(flat))
-    if bad.size:
-        j = int(bad[0])
-        return (f"non-finite step time {flat[j]!r} at step {j} ({bad.size} of {flat.size} "
-                "steps)")
-    bad = np.flatnonzero(flat <= 0.0)
-    j = int(bad[0])
-    return f"non-positive step time {flat[j]!r} us at step {j} ({bad.size} of {flat.size} steps)"
-
-
-def check_queue(q: np.ndarray) -> str | None:
-    """Why queueing delays ``q`` are unusable (non-finite or negative), or None if fine."""
-    q = np.asarray(q).reshape(-1)
-    if q.size == 0:
-        return None
-    bad = np.flatnonzero(~(np.isfinite(q) & (q >= 0.0)))
-    if bad.size == 0:
-        return None
-    j = int(bad[0])
-    return f"queueing delay {q[j]!r} us at request {j} is not finite and >= 0"

@@ -43,7 +43,15 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from evaluator.api import FEATURE_INDEX, Evaluator, ProbeBatches, StepModel, probe_batches
+from evaluator.api import (
+    FEATURE_INDEX,
+    MAX_STEP_US,
+    Evaluator,
+    ProbeBatches,
+    StepModel,
+    probe_batches,
+    step_time_problem,
+)
 
 FLOOR_CONTEXT = 1024.0
 FLOOR_MARGIN = 0.10
@@ -110,10 +118,10 @@ def probe_times(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> np
 def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str | None:
     """Why ``model`` with constants ``consts`` breaks physics on ``probe``, or None."""
     t = probe_times(model, consts, probe)
-    bad = np.flatnonzero(~(np.isfinite(t) & (t > 0.0)))
-    if bad.size:
-        j = int(bad[0])
-        return f"step time {t[j]!r} us on '{probe.label[j]}' is not finite and positive"
+    if step_time_problem(t) is not None:  # the rule every place that runs a program keeps
+        j = int(np.flatnonzero(~((t > 0.0) & (t < MAX_STEP_US)))[0])
+        return (f"step time {float(t[j])!r} us on '{probe.label[j]}' is not finite, "
+                f"positive and below {MAX_STEP_US:g} us")
     for pairs, what in ((probe.more_context, "context"),
                         (probe.more_tokens, "scheduled tokens")):
         a, b = pairs[:, 0], pairs[:, 1]

@@ -50,9 +50,11 @@ def test_invalid_step_times_give_reasons(small_evaluator):
     ev = small_evaluator
     ev.refresh_corpora(LINEAR, dict.fromkeys(ev.names(), LINEAR_INIT))
     neg = ev.score(LINEAR, dict.fromkeys(ev.names(), np.array([-1e6, 0.0, 0.0])))
-    assert all(not m.valid and "not positive" in m.reason for m in neg.values())
+    assert all(not m.valid and "-1000000.0 us at step 0" in m.reason for m in neg.values())
     nan = ev.score(LINEAR, dict.fromkeys(ev.names(), np.array([np.nan, 0.0, 0.0])))
-    assert all(not m.valid and "not finite" in m.reason for m in nan.values())
+    assert all(not m.valid and "step time nan us" in m.reason for m in nan.values())
+    huge = ev.score(LINEAR, dict.fromkeys(ev.names(), np.array([2e12, 0.0, 0.0])))
+    assert all(not m.valid and "below 1e+12" in m.reason for m in huge.values())  # as closed loop
 
 
 def test_blis_trained_physics_misses_as_published(all_scenarios):

@@ -92,7 +92,9 @@ def test_prefix_cache_hits_after_first_request_of_group(data_path):
 def test_bad_step_time_is_reported_not_raised(data_path):
     sc = _scenario(data_path, [0.0], [100], [3])
     res = simulate(sc, CONST, np.array([-1.0]))
-    assert not res.metrics.valid and "not finite and positive" in res.error
+    assert not res.metrics.valid and "not finite, positive and below 1e+12" in res.error
+    huge = simulate(sc, CONST, np.array([2e12]))  # the same rule as teacher forcing
+    assert not huge.metrics.valid and "at step 0" in huge.error
 
 
 def _check_tokens(sc, c):

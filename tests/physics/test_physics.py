@@ -78,7 +78,7 @@ def test_step_time_falling_with_tokens_is_caught(scenario):
 
 def test_non_positive_step_time_is_caught(scenario):
     why = _check("c.a * f.kv_read - c.b * 1e3", scenario)
-    assert why is not None and "not finite and positive" in why
+    assert why is not None and "not finite, positive and below" in why
 
 
 def test_check_names_the_model_and_skips_unfitted_models(small_scenarios):
