@@ -28,6 +28,10 @@ MAX_SOURCE_CHARS = 20_000
 MAX_DEPTH = 60  # nesting of AST nodes; deeper trees are rejected before recursive walks
 MAX_STATEMENTS = 40  # per function
 MAX_CONSTANTS = 10
+# Declared values the fitting box can map: |v| <= BOUND_MAX and, unless 0, >= BOUND_MIN.
+# Beyond them the box's width (or its log ratio) overflows and every point of the box maps
+# to one end (found in review: (5, -1e308, 1e308) was accepted and could not be fitted).
+BOUND_MAX, BOUND_MIN = 1e100, 1e-100
 MAX_COMPLEXITY = 30
 MAX_WHERE = 3
 POW_RANGE = (-4.0, 4.0)
@@ -141,6 +145,10 @@ def check_constants(node: ast.Assign) -> dict[str, ConstSpec]:
         if not isinstance(val, (ast.Tuple, ast.List)) or len(val.elts) != 3:
             raise fail(f"constant {name!r} must be (init, low, high)", "constants", val)
         init, low, high = (_number(e, f"constant {name!r}") for e in val.elts)
+        for v in (init, low, high):
+            if abs(v) > BOUND_MAX or 0.0 < abs(v) < BOUND_MIN:
+                raise fail(f"constant {name!r}: {v!r} outside the range a fit can map "
+                           f"(0 or {BOUND_MIN:g} <= |v| <= {BOUND_MAX:g})", "constants", val)
         if not low < high:
             raise fail(f"constant {name!r}: low {low!r} must be < high {high!r}", "constants",
                        val)
