@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Float, Integer, LargeBinary, String, Text
+from sqlalchemy import BigInteger, Float, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -56,7 +56,8 @@ class SchemaVersion(Base):
 class Run(Base):
     __tablename__ = "runs"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    seed: Mapped[int] = mapped_column(Integer)
+    # any seed the config takes (< 2**63): 64-bit on a server, as SQLite's INTEGER already is
+    seed: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
     config: Mapped[Any] = mapped_column(CanonicalJSON)
     code_version: Mapped[str] = mapped_column(String)  # informational, not compared
     status: Mapped[str] = mapped_column(String)  # running | finished | stopped:<why>

@@ -62,6 +62,9 @@ def test_postgres_ddl_sorts_text_like_sqlite():
     assert "seq INTEGER NOT NULL" in pg and "COLLATE" not in pg.split("seq ")[1].split(",")[0]
     lite = str(CreateTable(programs).compile(dialect=sqlite.dialect()))
     assert "COLLATE" not in lite  # SQLite archives are byte for byte what they were
+    runs = Base.metadata.tables["runs"]  # any configured seed (< 2**63) fits a server's
+    assert "seed BIGINT" in str(CreateTable(runs).compile(dialect=postgresql.dialect()))
+    assert "seed INTEGER" in str(CreateTable(runs).compile(dialect=sqlite.dialect()))
 
 
 def test_bound_values_as_sqlite_stores_them():

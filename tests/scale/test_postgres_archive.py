@@ -93,6 +93,8 @@ def test_run_lock_and_journal_on_postgres(pg):
 
     url = pg.create_database("locks", icu=False)
     with Archive(url) as ar:
+        big = ar.create_run(2**62 + 5, {}, {}, None)  # the config takes seeds < 2**63
+        assert ar.run(big).seed == 2**62 + 5
         rid = ar.create_run(1, {}, {}, None, lock=True)
         ar.journal_put(rid, 0, "k", "fit", b"\x00result")
         assert ar.journal_load(rid) == {"k": b"\x00result"}
