@@ -29,6 +29,7 @@ Why Ray and how it is used:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -207,6 +208,7 @@ class RayExecutor:
         self._apply = ray.remote(num_cpus=1)(_apply_task)
         self._static: Any = None
         self._corpus: tuple[str, Any] | None = None
+        self._pending: list[Any] = []  # refs of the tasks of the map/apply under way
         cpus = int(ray.cluster_resources().get("CPU", 1))
         warm = ray.remote(num_cpus=1)(_warm)
         self._warming = [warm.remote() for _ in range(max(1, cpus))]  # not waited for
@@ -238,7 +240,7 @@ class RayExecutor:
         for i in order:
             prog, seed = jobs[i]
             refs[i] = task.remote([static], [corpus], prog.source, seed, digits)
-        return _gather(refs, on_result)
+        return self._gather(refs, on_result)
 
     def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
               on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
@@ -246,10 +248,27 @@ class RayExecutor:
             return []
         static, corpus = self._refs()
         task = self._apply.options(max_retries=self.max_retries, retry_exceptions=False)
-        return _gather([task.remote([static], [corpus], fn, job) for job in jobs], on_result)
+        return self._gather([task.remote([static], [corpus], fn, job) for job in jobs],
+                            on_result)
+
+    def _gather(self, refs: list[Any], on_result: Callable[[int, Any], None] | None
+                ) -> list[Any]:
+        self._pending = refs  # left set if the gather is interrupted: reset cancels them
+        out = _gather(refs, on_result)
+        self._pending = []
+        return out
 
     def reset(self) -> None:
-        """Forget the corpus part (the next ``map`` ships the current one)."""
+        """Cancel the tasks still running (an interrupted ``map``: on a cluster they would
+        go on computing for nobody) and forget the corpus part (the next ``map`` ships the
+        current one)."""
+        if self._pending:
+            import ray
+
+            for ref in self._pending:
+                with contextlib.suppress(Exception):  # finished or gone: nothing to stop
+                    ray.cancel(ref, recursive=True)
+            self._pending = []
         self._corpus = None
         self._warming = []
 

@@ -122,3 +122,39 @@ def test_study_on_the_ray_cluster(ray_head, sqlite_reference, tmp_path, capsys):
     picks = json.loads((out / "summary.json").read_text())["picks"]
     for seed in (11, 12):
         assert picks[str(seed)] == picked(sqlite_reference(seed)[1])
+
+
+def test_an_interrupted_map_cancels_its_tasks_on_the_cluster(ray_head, tmp_path):
+    """Ctrl-C in the driver resets the executor; tasks still running on a cluster must stop
+    computing for nobody (a long job stands in for a child's fit)."""
+    import ray
+    from scale_helpers import tiny_config
+
+    cfg = tiny_config(tmp_path / "cancel.db", 11, executor="ray",
+                      ray_address=ray_head.address)
+    with Archive(cfg.run.archive) as ar:
+        ex = Search(cfg, ar, log=lambda _m: None).pool.inner
+        outcome: list[BaseException | None] = []
+
+        def drive() -> None:
+            try:
+                ex.apply(lambda _ctx, s: __import__("time").sleep(s), [(120.0,)])
+                outcome.append(None)
+            except BaseException as exc:  # what the waiting driver sees
+                outcome.append(exc)
+
+        driver = threading.Thread(target=drive, daemon=True)
+        driver.start()
+        deadline = time.monotonic() + 60
+        while not ex._pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ex._pending, "the task was never submitted"
+        (ref,) = ex._pending
+        time.sleep(1.0)  # let it start sleeping on a worker
+        ex.reset()
+        driver.join(timeout=30)
+        assert not driver.is_alive(), "the task went on running after reset"
+        assert isinstance(outcome[0], ray.exceptions.TaskCancelledError), outcome
+        assert ex._pending == []
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=5)
