@@ -122,3 +122,26 @@ def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
     calls = tables["llm_calls"]
     assert len(calls) == 6 and {c["model"] for c in calls} == {"fake"}
     assert "latency_s" not in calls[0]  # wall clock is left out of comparisons
+
+
+def test_teacher_forced_fitness_compares_generation_zero_on_one_corpus(tmp_path):
+    """With ``fit.fitness = "teacher_forced"`` a score is the corpora's: when the best seed's
+    corpora are adopted, every seed's first fit is re-scored on them before it competes
+    with its refit, and recorded, so each elite's row carries its grid loss (a resume
+    checks exactly that) and the grid compares like with like."""
+    path = tmp_path / "tf.db"
+    summary, _tables = run_tiny(path, run__seed=11, run__generations=0,
+                                fit__fitness="teacher_forced", search__refresh_gate=False)
+    with Archive(path) as ar:
+        adopted = [r for r in ar.corpus_versions(summary.run_id) if r.adopted]
+        assert len(adopted) == 2  # the bootstrap's and the best seed's (no gate)
+        latest = ar.latest_accepted(summary.run_id)
+        for cell in ar.grid(summary.run_id, 0):
+            row = latest[cell.program_id]
+            assert row.loss == cell.loss and row.corpus_version == adopted[-1].version
+        assert any(e.kind == "rescore" for e in ar.evaluations(summary.run_id))
+    cfg = tiny_config(path, run__seed=11, run__generations=1, fit__fitness="teacher_forced",
+                      search__refresh_gate=False)
+    with Archive(path) as ar:  # the resume rebuilds the grid from those rows
+        again = Search(cfg, ar, run_id=summary.run_id, log=lambda _m: None).run()
+    assert again.status == "finished"

@@ -5,7 +5,10 @@ seed at its *initial* constants simulates the first corpora; every seed is fitte
 (and, with ``fit.seed_polish_evals``, refitted closed loop); the best seed re-simulates the
 corpora; and the seeds are fitted again on those, keeping the better of the two fits
 (judging is closed loop, so both fits are comparable; a teacher-forced refit on new batches
-can land on constants that overload a run and must not replace a good first fit).
+can land on constants that overload a run and must not replace a good first fit). With
+``fit.fitness = "teacher_forced"`` the first fit's score was made on the old batches, so
+it is re-scored on the new ones before the comparison (as a corpus refresh re-scores the
+elites): the grid must compare like with like.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from evolve.search.context import RunContext
 from evolve.search.executors import Executor
 from evolve.search.fingerprint import build_probe, fingerprint
 from evolve.search.polish import refit_job
-from evolve.search.refresh import new_corpus
+from evolve.search.refresh import new_corpus, rescore
 from evolve.search.rng import child_seed
 
 
@@ -69,6 +72,13 @@ def generation_zero(books: Books, ctx: RunContext, cfg: Config, pool: Executor,
         jobs = [(p, child_seed(cfg.run.seed, 0, len(seeds) + i))
                 for i, (_s, p) in enumerate(seeds)]
         second = [r for _fp, r in pool.map(jobs)]
+        if cfg.fit.fitness != "closed_loop":  # a teacher-forced score is the corpora's
+            fitted = [i for i, r in enumerate(first) if r.ok]
+            again = pool.apply(rescore, [(seeds[i][1].source, first[i].groups)
+                                         for i in fitted])
+            for i, res in zip(fitted, again, strict=True):
+                first[i] = res  # recorded: a kept first fit's row must carry its grid loss
+                rows.append(books.eval_row(0, seeds[i][1], "rescore", "rescore", res))
         for (stem, prog), res1, res2 in zip(seeds, first, second, strict=True):
             if res2.ok and (not res1.ok or res2.loss < res1.loss):
                 rows.append(books.eval_row(0, prog, "refit", f"seed:{stem}", res2))
