@@ -82,7 +82,11 @@ def score_program(ctx: RunContext, program: Program,
         reason = (f"invalid on {bad[0]}: {runs[bad[0]].reason}" if bad else
                   "non-finite training loss")
     if not reason and ctx.probes:
-        reason = physics.check(model, physics.by_model(ev, consts, ctx.names), ctx.probes) or ""
+        # a model is judged at constants a fit chose: per model, only those with training
+        # runs (another model keeps the declared values, which nothing tuned); a shared
+        # (global, pooled) set is what an unmeasured model gets, so every model is judged
+        judged = ctx.names if ctx.scope in ("global", "pooled") else ctx.train
+        reason = physics.check(model, physics.by_model(ev, consts, judged), ctx.probes) or ""
     search = float(train_loss)
     if not reason and not train_only and ctx.transfer_weight > 0:
         search, reason = _with_transfer(ctx, program, metrics, search)

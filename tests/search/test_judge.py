@@ -12,7 +12,7 @@ from evolve.fitting import const_map
 from evolve.fitting.bounds import derived_seed
 from evolve.language import parse_program
 from evolve.search.context import make_context
-from evolve.search.judge import fit_and_score, fit_once
+from evolve.search.judge import fit_and_score, fit_once, score_program
 
 SEEDS = Path(__file__).resolve().parents[2] / "seeds"
 
@@ -59,3 +59,25 @@ def test_train_only_scoring_gives_the_training_loss_of_the_full_score(small_scen
     assert {m["split"] for m in trial.metrics.values()} == {"train"}
     assert {m["split"] for m in full.metrics.values()} == {"train", "validate", "test"}
     assert trial.metrics == {n: m for n, m in full.metrics.items() if m["split"] == "train"}
+
+
+def test_physics_judges_per_model_constants_only_where_a_fit_chose_them(small_scenarios):
+    """Per model, a model without training runs keeps the declared constants, which nothing
+    tuned: judging the program there would reject it for values no fit chose. A shared
+    (pooled) set is what such a model gets, so there every model is judged."""
+    ctx = _context(small_scenarios, starts=1)
+    names = ctx.names
+    ctx.splits = {**dict.fromkeys(names[:3], "train"), names[3]: "test"}
+    prog = parse_program('CONSTANTS = {"s": (1.0, 0.5, 2.0), "b": (-1e9, -2e9, 1e5)}\n'
+                         "def step_time(f, c):\n"
+                         "    return c.s * (f.k_step + f.weight_read + f.kv_read) + c.b\n")
+    fitted = {"s": 1.0, "b": 100.0}  # what a fit on the training runs would choose
+    train_models = {ctx.evaluator.by_name[n].model for n in names[:3]}
+    per_model = dataclasses.replace(ctx, scope="per_model")
+    res = score_program(per_model, prog, dict.fromkeys(train_models, fitted))
+    assert res.ok, res.reason  # the test model's declared -1e9 is not judged
+    pooled = dataclasses.replace(ctx, scope="pooled")
+    bad = score_program(pooled, prog, {**dict.fromkeys(train_models, fitted),
+                                       "global": {"s": 1.0, "b": -1e9}})
+    held_out = ctx.evaluator.by_name[names[3]].model
+    assert not bad.ok and bad.reason.startswith(f"physics ({held_out}): step time -")
