@@ -160,7 +160,7 @@ class Journal:
                      cached: bool) -> None:
         key = job_key("llm", self.generation, index, request_hash)
         blob = json.dumps({"exchange": exchange, "cached": cached}, sort_keys=True).encode()
-        with self._lock:
+        with self._lock, critical():  # as put: a stop signal waits for the write
             self.archive.journal_put(self.run_id, self.generation, key, "llm", blob)
             self._found[key] = blob
             self.writes += 1
