@@ -20,7 +20,6 @@ slices; the official score remains the full closed-loop simulation.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
