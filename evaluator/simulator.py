@@ -103,7 +103,10 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
     """Run ``scenario`` closed loop with ``model`` (an ``evaluator.api.StepModel``)."""
     sv = scenario.server
     consts = np.ascontiguousarray(consts, dtype=np.float64)
-    delay = queue_delay(scenario, model, consts)
+    try:  # a bad queueing time is the program's result (invalid, the reason said), as a bad
+        delay, queue_error = queue_delay(scenario, model, consts), ""  # step time is
+    except ValueError as exc:
+        delay, queue_error = np.zeros(scenario.n_requests), str(exc)
     entry = scenario.arrival_us + delay
     order = np.argsort(entry, kind="stable").astype(np.int64)
     deadline = scenario.arrival_us + CLIENT_TIMEOUT_S * 1e6
@@ -133,11 +136,11 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
         corpus.member_kv = m_kv[:nm].copy()
         corpus.member_prefill = m_pf[:nm].copy()
         corpus.member_len = m_len[:nm].copy()
-    error = ""
-    if err == ERR_BAD_STEP:
+    error = queue_error
+    if not error and err == ERR_BAD_STEP:
         error = (f"step time not finite, positive and below {MAX_STEP_US:g} us at step "
                  f"{err_step}")
-    elif err == ERR_STUCK:
+    elif not error and err == ERR_STUCK:
         error = f"no request fits the KV pool at step {err_step}"
     metrics = metrics_from_times(scenario, corpus, corpus.end_us, consts, model, error)
     return SimResult(corpus=corpus, metrics=metrics, n_preemptions=int(n_pre), error=error)

@@ -155,3 +155,18 @@ def test_simulation_is_deterministic(small_scenarios):
     b = simulate(sc, TRAINED_PHYSICS, c).corpus
     assert a.digest() == b.digest()
     np.testing.assert_array_equal(a.end_us, b.end_us)
+
+
+def test_bad_queueing_time_is_reported_not_raised(data_path):
+    """As a bad step time: an invalid result with the reason (``evolve validate`` of such a
+    program file was an internal error)."""
+    from evolve.codegen import step_model
+    from evolve.language import parse_program
+
+    p = parse_program('CONSTANTS = {"s": (20000.0, 1000.0, 80000.0), "q": (-5.0, -9.0, 9.0)}\n'
+                      "def step_time(f, c):\n    return c.s + 0.0 * f.tp\n"
+                      "def queueing_time(r, c):\n    return c.q + 0.0 * r.input_tokens\n")
+    sc = _scenario(data_path, [0.0], [100], [3])
+    res = simulate(sc, step_model(p), p.init_vector())
+    assert not res.metrics.valid and "queueing_time is not finite and non-negative" in res.error
+    assert res.metrics.reason == res.error
