@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,8 @@ def resolve_server(flags: ServerFlags, known: dict[str, tuple[int, str]],
     return server, notes
 
 
-_STAGE = re.compile(r"\s*([0-9.]+)\s*[x×*@]\s*([0-9.]+)\s*s?\s*")
+_NUM = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+_STAGE = re.compile(rf"\s*{_NUM}\s*[x×*@]\s*{_NUM}\s*s?\s*")
 
 
 def parse_stages(text: str) -> tuple[Stage, ...]:
@@ -205,6 +207,10 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
     """Sort by arrival, fill and clamp lengths, settle the stages: the common last step."""
     if split not in SPLITS:
         raise DataError(f"--split: must be one of {', '.join(SPLITS)}, got {split!r}")
+    if model_short is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*",
+                                                    model_short):
+        raise DataError(f"--model-short {model_short!r}: letters, digits, '.', '_' and '-' "
+                        "only (it keys the model's constants and names it in the Go export)")
     order = np.argsort(np.asarray(arrival_us, dtype=np.float64), kind="stable")
     arrival = np.asarray(arrival_us, dtype=np.float64)[order]
     arrival = arrival - arrival[0]
@@ -216,8 +222,9 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
     out = _fill(out, ok, "an output length", notes)
     if np.any(out >= server.max_model_len):
         i = int(np.flatnonzero(out >= server.max_model_len)[0])
-        raise DataError(f"request {i}: {out[i]} output tokens do not fit max_model_len "
-                        f"{server.max_model_len}")
+        src = source.get("data") or source.get("per_request") or "the requests"
+        raise DataError(f"{src}: row {int(order[i]) + 1}, field 'output_tokens': {out[i]} "
+                        f"output tokens do not fit max_model_len {server.max_model_len}")
     clamped = inp > server.max_model_len - out
     if clamped.any():
         notes.append(f"{int(clamped.sum())} input length(s) clamped so that input + output "
@@ -227,9 +234,8 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
     if stages is None:
         dur = max(1.0, float(math.ceil(span_s)) + (1.0 if span_s.is_integer() else 0.0))
         stages = (Stage(rate=round(len(status) / dur, 6), duration_s=dur),)
-    elif sum(s.duration_s for s in stages) < span_s:
-        notes.append(f"the load stages end at {sum(s.duration_s for s in stages):g} s; "
-                     f"requests arrive until {span_s:.1f} s (counted in the last stage)")
+    else:
+        _check_stages(stages, arrival / 1e6, notes)
     return ExperimentSpec(
         name=name, model_id=model_id, model_short=model_short or safe_name(
             model_id.split("/")[-1]), workload=workload, split=split, server=server,
@@ -240,6 +246,28 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
         e2e_s=np.asarray(e2e_s, dtype=np.float64)[order],
         ttft_s=np.asarray(ttft_s, dtype=np.float64)[order], summary=summary, source=source,
         notes=notes)
+
+
+def _check_stages(stages: Sequence[Stage], arrival_s: np.ndarray, notes: list[str]) -> None:
+    """Stages that do not describe the arrivals are refused: a stage of rate 0 that
+    requests arrive in, or stages ending before a tenth of the requests arrive (the search
+    would judge stage slices with next to nothing in them). A short overrun is noted: those
+    requests count in the last stage."""
+    what = "the load stages (--stages, or the profile's load.stages)"
+    starts = np.cumsum([0.0, *(s.duration_s for s in stages)])
+    for k, s in enumerate(stages):
+        inside = int(np.sum((arrival_s >= starts[k]) & (arrival_s < starts[k + 1])))
+        if s.rate == 0 and inside:
+            raise DataError(f"{what}: stage {k + 1} has rate 0, but {inside} requests "
+                            "arrive in it")
+    late = int(np.sum(arrival_s >= starts[-1]))
+    if late > 0.1 * arrival_s.size:
+        raise DataError(f"{what} end at {starts[-1]:g} s, but {late} of {arrival_s.size} "
+                        f"requests arrive after that (until {arrival_s[-1]:.1f} s): they do "
+                        "not describe this trace")
+    if late:
+        notes.append(f"the load stages end at {starts[-1]:g} s; {late} request(s) arrive "
+                     f"until {arrival_s[-1]:.1f} s (counted in the last stage)")
 
 
 def timeout_notes(timeouts_s: np.ndarray) -> list[str]:

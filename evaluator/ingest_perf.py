@@ -77,11 +77,20 @@ def _first(d: Path, *names: str) -> Path | None:
 
 def _num(obj: Any, where: str, field: str, default: Any = None) -> float:
     val = obj.get(field, default) if isinstance(obj, dict) else default
-    if isinstance(val, bool) or not isinstance(val, (int, float)) or not np.isfinite(val):
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not (
+            -1e300 < val < 1e300):  # also NaN, inf and integers no float can hold
         raise DataError(f"{where}, field '{field}': missing or not a finite number")
     if val < 0:
         raise DataError(f"{where}, field '{field}': negative value {val}")
     return float(val)
+
+
+def _whole(obj: Any, where: str, field: str) -> int:
+    """A token count: a finite whole number (491.7 tokens is no count; it was truncated)."""
+    val = _num(obj, where, field)
+    if not val.is_integer() or val > 2**53:
+        raise DataError(f"{where}, field '{field}': not a whole number of tokens: {val!r}")
+    return int(val)
 
 
 def _table(obj: Any, where: str, field: str) -> dict[str, Any]:
@@ -130,13 +139,13 @@ def _lifecycle(path: Path) -> dict[str, Any]:
             raise DataError(f"{where}, field 'end_time': request finished before it arrived")
         info = _table(r, where, "info")
         tok = info.get("input_tokens", _dig(info, "request_metrics", "text", "input_tokens"))
-        inp[i] = int(_num({"input_tokens": tok if tok is not None else 0}, where,
-                          "input_tokens"))
+        inp[i] = _whole({"input_tokens": tok if tok is not None else 0}, where,
+                        "input_tokens")
         resp = _table(info, f"{where}, field 'info'", "response_metrics")
         served = _dig(resp, "server_usage", "completion_tokens")
         count = served if served is not None else info.get("output_tokens",
                                                            resp.get("output_tokens", 0))
-        out[i] = int(_num({"output_tokens": count or 0}, where, "output_tokens"))
+        out[i] = _whole({"output_tokens": count or 0}, where, "output_tokens")
         times = info.get("output_token_times", resp.get("output_token_times")) or []
         if not isinstance(times, list) or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in times):
@@ -185,7 +194,13 @@ def _kv_blocks(d: Path, block_size: int | None) -> int | None:
                             "have served")
         return int(m.group(1))
     m = re.search(r"GPU KV cache size: ([\d,]+) tokens", text)
-    return int(m.group(1).replace(",", "")) // (block_size or 16) if m else None
+    if m is None:
+        return None
+    blocks = int(m.group(1).replace(",", "")) // (block_size or 16)
+    if blocks <= 0:
+        raise DataError(f"{log}: 'GPU KV cache size: {m.group(1)} tokens': not one block, "
+                        "vLLM could not have served")
+    return blocks
 
 
 def from_inference_perf(directory: str | Path, *, model: str | Path | None,
@@ -224,9 +239,14 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
         raise DataError(f"--model: required (a config.json for {mid})")
     config, cfg_path = read_model_config(model)
     hw, hw_path = read_hardware(hardware)
-    known = {k: (_positive(vllm, key, f"{vllm_path}: field '{key}'"),
-                 f"{vllm_path}: field '{key}'")
-             for k, keys in _VLLM_KEYS.items() for key in keys if key in vllm}
+    known: dict[str, tuple[int, str]] = {}
+    for k, keys in _VLLM_KEYS.items():  # spellings of one setting must agree
+        for key in (key for key in keys if key in vllm):
+            val, where = _positive(vllm, key, f"{vllm_path}: field '{key}'"), \
+                f"{vllm_path}: field '{key}'"
+            if k in known and known[k][0] != val:
+                raise DataError(f"{where} is {val}, but {known[k][1]} is {known[k][0]}")
+            known[k] = (val, where)
     cfg = raw["config"]
     for k, key in (("kv_blocks", "kv_blocks_total_gpu"), ("tp", "tensor_parallelism"),
                    ("max_num_seqs", "max_num_seqs"), ("block_size", "block_size"),
@@ -257,6 +277,13 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
         "shared_prefix" else 0
     n_groups = (_count(sp, at, "num_unique_system_prompts", positive=True)
                 or _count(sp, at, "num_groups", positive=True) or 1)
+    if out_len is not None and out_len >= server.max_model_len:
+        raise DataError(f"{at}, field 'output_len': {out_len} output tokens do not fit "
+                        f"max_model_len {server.max_model_len}")
+    longest = int(np.max(raw["input"])) if n else 0
+    if sys_len > 0 and sys_len >= longest:  # the prompts include their system prompt
+        raise DataError(f"{at}, field 'system_prompt_len': {sys_len} tokens, not shorter "
+                        f"than the longest prompt of the records ({longest})")
     if sys_len <= 0:
         n_groups = 0
     else:

@@ -18,6 +18,7 @@ file, the row and the field.
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,7 @@ HEADER_KEYS = {
 SERVER_KEYS = {"type": str, "model": str, "tensor_parallel": int, "max_num_seqs": int,
                "block_size": int, "gpu_memory_utilization": float, "max_model_len": int}
 TIME_UNITS = ("us", "microseconds", "µs")
-_INT = re.compile(r"[+-]?\d+")
+_INT = re.compile(r"[+-]?[0-9]+")  # ASCII digits, as Go's strconv (\d takes any script's)
 _BOOL = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
          "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 
@@ -103,6 +104,11 @@ def _check_header(doc: Any, path: Path) -> dict[str, Any]:
             doc[key] = val = str(val)  # YAML may read created_at as a timestamp
         if isinstance(val, bool) or not isinstance(val, kind):
             raise DataError(f"{path}: field '{key}' has wrong type {type(val).__name__}")
+    for key, val in (doc.get("network") or {}).items():  # BLIS: measured_rtt_ms float64
+        if key != "measured_rtt_ms":
+            raise DataError(f"{path}: field 'network.{key}' is not a TraceV2 network field")
+        if isinstance(val, bool) or not isinstance(val, (int, float)):
+            raise DataError(f"{path}: field 'network.{key}' has invalid value {val!r}")
     for key, val in (doc.get("server") or {}).items():
         kind = SERVER_KEYS.get(str(key))
         if kind is None:
@@ -118,6 +124,26 @@ def _check_header(doc: Any, path: Path) -> dict[str, Any]:
     return doc
 
 
+@functools.cache
+def _strict_loader() -> type:
+    """PyYAML's safe loader, refusing a key given twice (BLIS's yaml.v3 does; PyYAML
+    silently keeps the last)."""
+    import yaml
+
+    class Strict(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _value in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return Strict
+
+
 def read_header(path: Path) -> dict[str, Any]:
     import yaml
 
@@ -128,11 +154,12 @@ def read_header(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read ({exc})") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_strict_loader())  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" (line {line + 1})" if line is not None else ""
-        raise DataError(f"{path}: not valid YAML{where}") from None
+        why = getattr(exc, "problem", None)
+        raise DataError(f"{path}: not valid YAML{where}" + (f": {why}" if why else "")) from None
     return _check_header({} if doc is None else doc, Path(path))
 
 
@@ -144,7 +171,7 @@ def _parse_rows(reader, path: Path, cols: list[str], n_head: int) -> dict[str, l
             missing = cols[len(row)]
             raise DataError(f"{where}, field '{missing}': missing ({len(row)} columns, "
                             f"expected {len(cols)})")
-        if len(row) > n_head:  # BLIS's CSV reader refuses a row longer than the header
+        if len(row) != n_head:  # Go's CSV reader wants every row as long as the header
             raise DataError(f"{where}: {len(row)} columns, the header has {n_head}")
         for j, col in enumerate(cols):
             raw = row[j]
@@ -186,6 +213,10 @@ def read_tracev2(header_path: str | Path, data_path: str | Path) -> TraceV2:
             head = next(reader, None)
             if head is None:
                 raise DataError(f"{data_path}: empty file (no CSV header row)")
+            if head and head[0].startswith("\ufeff"):
+                raise DataError(f"{data_path}: line 1 starts with a UTF-8 byte-order mark "
+                                "(BLIS would read it into the first column's name); save "
+                                "the file without one")
             cols = expected_columns(set(head))
             for j, col in enumerate(cols):
                 if col not in head:
@@ -199,6 +230,8 @@ def read_tracev2(header_path: str | Path, data_path: str | Path) -> TraceV2:
         raise DataError(f"{data_path}: file not found") from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise DataError(f"{data_path}: not a readable CSV ({exc})") from None
+    except OSError as exc:  # a directory, a symlink loop, no permission
+        raise DataError(f"{data_path}: cannot read ({exc.strerror})") from None
     if not data["request_id"]:
         raise DataError(f"{data_path}: no request rows")
     columns: dict[str, np.ndarray] = {}

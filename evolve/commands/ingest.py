@@ -13,6 +13,7 @@ then reads with ``--data DATA_DIR``. docs/ingest.md has worked examples.
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 HELP = "turn a measured run (BLIS TraceV2 or inference-perf) into an experiment directory"
@@ -63,6 +64,10 @@ def _trace_paths(args: argparse.Namespace) -> tuple[Path, Path]:
     return src, Path(args.trace_data) if args.trace_data else src.with_suffix(".csv")
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through write_experiment's cleanup
+
+
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import (
         ServerFlags,
@@ -103,8 +108,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{src}: no such file or directory")
     else:
         raise UserError(f"{src}: not a TraceV2 .yaml/.csv nor an inference-perf directory")
-    output_dir(args.out, "--out")  # after the source is read: a refused source writes nothing
-    path = write_experiment(args.out, spec, replace_existing=args.replace)
+    out = Path(args.out)
+    made = [p for p in (out, *out.parents) if not p.exists()]  # what this ingest creates
+    old = signal.signal(signal.SIGTERM, _stop)  # `kill`: clean up as Ctrl-C does
+    try:
+        output_dir(args.out, "--out")  # after the source is read: a refused one writes nothing
+        path = write_experiment(args.out, spec, replace_existing=args.replace)
+    except BaseException:
+        for p in made:  # innermost first; only what is still empty
+            if p.is_dir() and not any(p.iterdir()):
+                p.rmdir()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, old)
     n, failed = len(spec.status), sum(s != "ok" for s in spec.status)
     sv = spec.server
     stage_txt = ", ".join(f"{s.rate:g} rps x {s.duration_s:g} s" for s in spec.stages)

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from trace_helpers import columns, edit_csv, model_dir, write
+from trace_helpers import columns, edit_csv, model_dir, perf_dir, write
 
 from evaluator.api import load_scenarios
 from evolve.cli import main
@@ -157,35 +157,8 @@ def test_existing_experiment_is_kept_unless_replace(tmp_path, capsys):
     assert sorted(p.name for p in (out / "experiments").iterdir()) == ["mine"]
 
 
-def _perf_dir(root, n=16):
-    d = root / "perf-run"
-    (d / "results").mkdir(parents=True)
-    (d / "profile.yaml").write_text(yaml.safe_dump({
-        "data": {"type": "shared_prefix", "shared_prefix": {
-            "num_unique_system_prompts": 4, "system_prompt_len": 48, "question_len": 300,
-            "output_len": 80}},
-        "load": {"type": "constant", "stages": [{"rate": 2, "duration": 8}]},
-        "server": {"type": "vllm", "model_name": "synthetic/tiny-llama-1b", "ignore_eos": True}}))
-    (d / "exp-config.yaml").write_text(yaml.safe_dump({
-        "model": "synthetic/tiny-llama-1b", "tensor_parallelism": 1, "max_model_len": 4096,
-        "max_num_batched_tokens": 2048, "max_num_seqs": 64}))
-    (d / "vllm.log").write_text("INFO ... # GPU blocks: 3456, # CPU blocks: 0\n")
-    rows = []
-    for i in range(n):
-        start = 5000.0 + 0.5 * i
-        err = {"error_type": "TimeoutError", "error_msg": "timed out"} if i == 6 else None
-        times = [] if err else [start + 0.03 + 0.01 * k for k in range(40)]
-        rows.append({"start_time": start, "end_time": start + (301 if err else 0.5),
-                     "request": "{}", "response": "", "error": err,
-                     "info": {"input_tokens": 0 if err else 340 + i, "output_tokens": 37,
-                              "output_token_times": times}})
-    rows.reverse()  # inference-perf need not write them in order
-    (d / "results" / "per_request_lifecycle_metrics.json").write_text(json.dumps(rows))
-    return d
-
-
 def test_inference_perf_directory(tmp_path, capsys):
-    d = _perf_dir(tmp_path)
+    d = perf_dir(tmp_path)
     code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
                  str(model_dir(tmp_path)), "--hardware", "a100"])
     assert code == 0, capsys.readouterr().err
@@ -209,7 +182,7 @@ def test_inference_perf_directory(tmp_path, capsys):
      "row 3, field 'info', field 'response_metrics': not a mapping (str)"),
 ])
 def test_inference_perf_bad_record(tmp_path, capsys, edit, needle):
-    d = _perf_dir(tmp_path)
+    d = perf_dir(tmp_path)
     path = d / "results" / "per_request_lifecycle_metrics.json"
     rows = json.loads(path.read_text())
     edit(rows[2])
@@ -224,7 +197,7 @@ def test_inference_perf_bad_record(tmp_path, capsys, edit, needle):
 def test_inference_perf_summary_of_other_requests_is_not_used(tmp_path, capsys):
     """A summary that counts other requests than the records (a cut of a run) would pass
     its aggregates off as these rows' measured figures."""
-    d = _perf_dir(tmp_path)
+    d = perf_dir(tmp_path)
     (d / "results" / "summary_lifecycle_metrics.json").write_text(json.dumps({
         "successes": {"count": 9000, "latency": {k: {"mean": 2.0, "median": 2.0, "p90": 2.0,
                                                      "p99": 2.0} for k in (
@@ -242,7 +215,7 @@ def test_inference_perf_summary_of_other_requests_is_not_used(tmp_path, capsys):
 def test_inference_perf_records_without_token_times_are_noted(tmp_path, capsys):
     """A completed record without output_token_times has no TTFT: said, and the measured
     TTFT is the timed records' alone."""
-    d = _perf_dir(tmp_path)
+    d = perf_dir(tmp_path)
     path = d / "results" / "per_request_lifecycle_metrics.json"
     rows = json.loads(path.read_text())
     for r in rows[:3]:  # three completed records (the failed one is row 16 - 6 = 9)
@@ -283,7 +256,7 @@ def test_inference_perf_records_without_token_times_are_noted(tmp_path, capsys):
 ])
 def test_inference_perf_bad_settings_name_file_and_field(tmp_path, capsys, file, edit, needle):
     """Settings the run records are used, so a bad one is an error, never skipped."""
-    d = _perf_dir(tmp_path)
+    d = perf_dir(tmp_path)
     if edit is None:  # the vLLM log: plain text
         (d / file).write_text("INFO ... # GPU blocks: 0, # CPU blocks: 0\n")
     else:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import yaml
 from synthetic_data import MODEL_CONFIG
 
 from evaluator.tracev2 import write_tracev2
@@ -72,3 +73,32 @@ def edit_csv(path: Path, row: int | None, column: str, value: str | None) -> Non
         rows[row + 1][j] = value
     with open(path, "w", newline="") as fh:
         csv.writer(fh, lineterminator="\n").writerows(rows)
+
+
+def perf_dir(root: Path, n: int = 16) -> Path:
+    """An inference-perf output directory of ``n`` records (one timed out), its profile
+    and vLLM settings, as the bundled runs' layout."""
+    d = root / "perf-run"
+    (d / "results").mkdir(parents=True)
+    (d / "profile.yaml").write_text(yaml.safe_dump({
+        "data": {"type": "shared_prefix", "shared_prefix": {
+            "num_unique_system_prompts": 4, "system_prompt_len": 48, "question_len": 300,
+            "output_len": 80}},
+        "load": {"type": "constant", "stages": [{"rate": 2, "duration": 8}]},
+        "server": {"type": "vllm", "model_name": "synthetic/tiny-llama-1b", "ignore_eos": True}}))
+    (d / "exp-config.yaml").write_text(yaml.safe_dump({
+        "model": "synthetic/tiny-llama-1b", "tensor_parallelism": 1, "max_model_len": 4096,
+        "max_num_batched_tokens": 2048, "max_num_seqs": 64}))
+    (d / "vllm.log").write_text("INFO ... # GPU blocks: 3456, # CPU blocks: 0\n")
+    rows = []
+    for i in range(n):
+        start = 5000.0 + 0.5 * i
+        err = {"error_type": "TimeoutError", "error_msg": "timed out"} if i == 6 else None
+        times = [] if err else [start + 0.03 + 0.01 * k for k in range(40)]
+        rows.append({"start_time": start, "end_time": start + (301 if err else 0.5),
+                     "request": "{}", "response": "", "error": err,
+                     "info": {"input_tokens": 0 if err else 340 + i, "output_tokens": 37,
+                              "output_token_times": times}})
+    rows.reverse()  # inference-perf need not write them in order
+    (d / "results" / "per_request_lifecycle_metrics.json").write_text(json.dumps(rows))
+    return d

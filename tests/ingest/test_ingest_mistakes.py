@@ -1,0 +1,170 @@
+"""``evolve ingest`` given what a user gets wrong: each is one line naming the file (and row
+and field), exit 2, nothing written; found by a fresh-eyes session using the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import yaml
+from trace_helpers import edit_csv, model_dir, perf_dir, write
+
+from evolve.cli import main
+
+FLAGS = ["--hardware", "H100", "--kv-blocks", "3000", "--max-num-batched-tokens", "2048",
+         "--tp", "1", "--max-num-seqs", "64", "--block-size", "16"]
+
+
+def refused(tmp_path, capsys, source, *extra) -> str:
+    """Ingest ``source``; assert the one-line refusal and that nothing was written."""
+    out = tmp_path / "data"
+    code = main(["ingest", str(source), "--out", str(out), "--model",
+                 str(model_dir(tmp_path)), *FLAGS, *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists()
+    return err
+
+
+@pytest.mark.parametrize(("stages", "needle"), [
+    ("5x0.000001", "of 12 requests arrive after that"),  # a slice with one request in it
+    ("0x600", "stage 1 has rate 0, but 12 requests arrive in it"),
+    ("1.2.3x600", "'1.2.3x600' is not RATExSECONDS"),
+])
+def test_stages_that_do_not_describe_the_trace(tmp_path, capsys, stages, needle):
+    h, _ = write(tmp_path / "t")
+    assert needle in refused(tmp_path, capsys, h, "--stages", stages)
+
+
+def test_a_short_overrun_of_the_stages_is_noted_not_refused(tmp_path, capsys):
+    h, _ = write(tmp_path / "t")  # 12 requests, one every 0.25 s: the last at 2.75 s
+    code = main(["ingest", str(h), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), *FLAGS, "--stages", "4x2.6"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "1 request(s) arrive until 2.8 s (counted in the last stage)" in out.out + out.err
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink loop"])
+def test_a_data_file_that_cannot_be_read(tmp_path, capsys, kind):
+    h, d = write(tmp_path / "t")
+    d.unlink()
+    if kind == "directory":
+        d.mkdir()
+    else:
+        os.symlink(tmp_path / "loop2", d)
+        os.symlink(d, tmp_path / "loop2")
+    err = refused(tmp_path, capsys, h)
+    assert f"{d}: cannot read" in err
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda h, d: d.write_bytes(b"\xef\xbb\xbf" + d.read_bytes()), "byte-order mark"),
+    (lambda h, d: edit_csv(d, 2, "input_tokens", "\u0664\u0669\u0661"), "not an integer"),
+    (lambda h, d: d.write_text(d.read_text().splitlines()[0] + ",extra\n"
+                               + "\n".join(d.read_text().splitlines()[1:]) + "\n"),
+     "columns, the header has"),
+    (lambda h, d: h.write_text(h.read_text() + "mode: generated\n"),
+     "key 'mode' given twice"),
+    (lambda h, d: h.write_text(h.read_text() + "network:\n  measured_rtt_ms: fast\n"),
+     "field 'network.measured_rtt_ms' has invalid value 'fast'"),
+    (lambda h, d: edit_csv(d, 4, "output_tokens", "99999999"),
+     "row 5, field 'output_tokens': 99999999 output tokens do not fit max_model_len"),
+])
+def test_traces_a_strict_reader_refuses(tmp_path, capsys, edit, needle):
+    """As BLIS's reader (Go's CSV and yaml.v3, ASCII digits), and the row of the file."""
+    h, d = write(tmp_path / "t")
+    edit(h, d)
+    err = refused(tmp_path, capsys, h)
+    assert needle in err and (str(h) in err or str(d) in err), err
+
+
+def test_a_model_short_name_that_cannot_key_constants(tmp_path, capsys):
+    h, _ = write(tmp_path / "t")
+    err = refused(tmp_path, capsys, h, "--model-short", "../../Évil name/x")
+    assert "--model-short '../../Évil name/x': letters, digits" in err
+
+
+def _records(d):
+    path = d / "results" / "per_request_lifecycle_metrics.json"
+    return path, json.loads(path.read_text())
+
+
+def _perf_edit(d, what):
+    if what in ("huge", "fraction"):
+        path, rows = _records(d)
+        rows[2]["info"]["input_tokens"] = 10**400 if what == "huge" else 491.7
+        path.write_text(json.dumps(rows) if what == "fraction" else
+                        json.dumps(rows).replace(str(10**400), "1" + "0" * 400))
+    elif what == "contradiction":
+        cfg = yaml.safe_load((d / "exp-config.yaml").read_text())
+        (d / "exp-config.yaml").write_text(yaml.safe_dump({**cfg, "tensor_parallel_size": 2}))
+    elif what in ("system_prompt", "output_len"):
+        prof = yaml.safe_load((d / "profile.yaml").read_text())
+        key, val = (("system_prompt_len", 1_000_000) if what == "system_prompt"
+                    else ("output_len", 99_999_999))
+        prof["data"]["shared_prefix"][key] = val
+        (d / "profile.yaml").write_text(yaml.safe_dump(prof))
+    elif what == "kv_tokens":
+        (d / "vllm.log").write_text("INFO GPU KV cache size: 0 tokens\n")
+
+
+@pytest.mark.parametrize(("what", "needle"), [
+    ("huge", "row 3, field 'input_tokens': missing or not a finite number"),
+    ("fraction", "row 3, field 'input_tokens': not a whole number of tokens: 491.7"),
+    ("contradiction", "field 'tensor_parallel_size' is 2, but"),
+    ("system_prompt", "field 'system_prompt_len': 1000000 tokens, not shorter than the "
+                      "longest prompt"),
+    ("output_len", "field 'output_len': 99999999 output tokens do not fit max_model_len"),
+    ("kv_tokens", "'GPU KV cache size: 0 tokens': not one block"),
+])
+def test_inference_perf_mistakes(tmp_path, capsys, what, needle):
+    d = perf_dir(tmp_path)
+    _perf_edit(d, what)
+    out = tmp_path / "data"
+    flags = [] if what == "kv_tokens" else ["--kv-blocks", "3000"]
+    code = main(["ingest", str(d), "--out", str(out), "--model", str(model_dir(tmp_path)),
+                 "--hardware", "H100", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_an_ingest_killed_while_writing_leaves_nothing(tmp_path, monkeypatch):
+    """SIGTERM (`kill`, `timeout`) mid-write unwinds like Ctrl-C: no half-written
+    experiment, and the data directory it created is gone again."""
+    import evaluator.experiment as experiment
+
+    def killed(_path):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here, mid-write
+
+    monkeypatch.setattr(experiment, "load_experiment", killed)
+    h, _ = write(tmp_path / "t")
+    out = tmp_path / "new" / "data"
+    with pytest.raises(SystemExit) as stop:
+        main(["ingest", str(h), "--out", str(out), "--model", str(model_dir(tmp_path)),
+              *FLAGS])
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert not (tmp_path / "new").exists()
+    assert signal.getsignal(signal.SIGTERM) is not None  # the previous handler is back
+
+
+def test_commands_on_a_data_directory_without_the_runs_asked_for(tmp_path, capsys):
+    """``validate --split test`` with no test run validated every run (names [] read as
+    "all"); ``validate`` and ``baselines`` on a directory without experiments printed empty
+    tables; both exit 0. Now one line, exit 2."""
+    h, _ = write(tmp_path / "t")
+    data = tmp_path / "data"
+    assert main(["ingest", str(h), "--out", str(data), "--model", str(model_dir(tmp_path)),
+                 *FLAGS]) == 0  # one training run
+    capsys.readouterr()
+    assert main(["validate", "linear", "--data", str(data), "--split", "test",
+                 "--no-plots"]) == 2
+    assert "--split test: no test runs" in capsys.readouterr().err
+    (tmp_path / "empty" / "experiments").mkdir(parents=True)
+    for argv in (["validate", "linear", "--no-plots"], ["baselines"]):
+        assert main([*argv, "--data", str(tmp_path / "empty")]) == 2
+        err = capsys.readouterr().err
+        assert "experiments: no experiments" in err and err.count("\n") == 1, err
