@@ -98,7 +98,13 @@ class Evaluator:
 
     @classmethod
     def from_data(cls, data: str | None = None, names: list[str] | None = None) -> Evaluator:
-        return cls(load_scenarios(data, names))
+        """The scenarios of a data directory; one with none is an error (every command
+        that loads one would print an empty table and exit 0)."""
+        scenarios = load_scenarios(data, names)
+        if not scenarios:
+            raise DataError(f"{data_dir(data) / 'experiments'}: no experiments (`evolve "
+                            "ingest` writes them; `evolve data` lists a directory)")
+        return cls(scenarios)
 
     def simulate(self, model: StepModel, consts: ConstMap,
                  names: Sequence[str] | None = None, record_members: bool = False,

@@ -32,7 +32,11 @@ MAX_MODEL_LEN = 4096
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """Resolve the data directory: explicit argument, ``EVOLVE_DATA``, then the default."""
-    path = Path(explicit or os.environ.get("EVOLVE_DATA") or DEFAULT_DATA)
+    raw = explicit or os.environ.get("EVOLVE_DATA") or DEFAULT_DATA
+    if not str(raw).strip():
+        raise DataError(f"{'--data' if explicit else 'EVOLVE_DATA'}: blank; name a data "
+                        "directory")
+    path = Path(raw)
     if not (path / "experiments").is_dir():
         raise DataError(f"{path}: data directory not found (no experiments/ inside); "
                         "pass --data DIR or set EVOLVE_DATA")

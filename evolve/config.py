@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import os
 import re
@@ -302,10 +301,13 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
                               "a finite number > 0")}
     for key in ("run.wall_time_s", "run.head_seconds", "fit.slice_warmup_seconds",
                 "fit.pool_strength", "fit.prior_strength", "fit.transfer_weight",
-                "fit.transfer_margin"):
+                "fit.transfer_margin", "run.max_evaluations", "search.inspirations",
+                "search.refresh_min_gap", "search.max_refreshes", "fit.restarts",
+                "fit.seed_polish_evals", "fit.polish_evals"):  # budgets and counts: 0 = off
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
-        ranges[key] = (fin(value) and value >= 0, "a finite number >= 0")
+        ranges[key] = (fin(value) and value >= 0, "an integer >= 0" if isinstance(
+            value, int) else "a finite number >= 0")
     cpus = max(2, cpu_count())  # the default (2) is valid everywhere
     forced = cfg.run.force_workers or cfg.run.executor == "ray"  # Ray: its own CPU count
     edges = cfg.search.complexity_edges
@@ -349,52 +351,21 @@ def load_config(path: str | Path | None = None) -> Config:
         return cfg
     p = Path(path)
     try:
-        with open(p, "rb") as fh:
-            data = tomllib.load(fh)
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{p}: config file not found") from None
     except IsADirectoryError:
         raise ConfigError(f"{p}: is a directory, not a config file") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the config file ({exc.strerror})") from None
+    if raw.startswith(b"\xef\xbb\xbf"):  # as some editors save: the parser's message misleads
+        raise ConfigError(f"{p}: starts with a UTF-8 byte-order mark, which TOML does not "
+                          "allow; save the file without one")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML (not UTF-8 text: byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML ({exc})") from None
     apply_dict(cfg, data, str(p))
     return validate(cfg, str(p))
-
-
-# ---- documented TOML ----------------------------------------------------------------------
-def _toml_value(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        parts = [_toml_value(v) for v in value]
-        kept = [p for p in parts if p is not None]
-        return None if len(kept) < len(parts) else "[" + ", ".join(kept) + "]"
-    if isinstance(value, dict):
-        items = [f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in sorted(value.items())]
-        return "{ " + ", ".join(items) + " }" if items else "{}"
-    return None
-
-
-def to_toml(cfg: Config) -> str:
-    """The configuration as TOML, each key preceded by its one-line documentation."""
-    out = ["# evolve run configuration. Every key is optional; shown with its current value."]
-    for sec in dataclasses.fields(cfg):
-        section = getattr(cfg, sec.name)
-        out += ["", f"[{sec.name}]"]
-        if section.__doc__:
-            out.append(f"# {section.__doc__.strip().splitlines()[0]}")
-        for f in dataclasses.fields(section):
-            if doc := f.metadata.get("doc", ""):
-                out.append(f"# {doc}")
-            rendered = _toml_value(getattr(section, f.name))
-            out.append(f"{f.name} = {rendered}" if rendered is not None else
-                       f"# {f.name} = (unset)")
-    return "\n".join(out) + "\n"

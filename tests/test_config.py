@@ -13,9 +13,9 @@ from evolve.config import (
     ConfigError,
     apply_dict,
     load_config,
-    to_toml,
     validate,
 )
+from evolve.config_toml import to_toml
 from evolve.splits import assign_splits
 
 

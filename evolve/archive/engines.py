@@ -134,6 +134,8 @@ def schema_lock(engine: Engine) -> Iterator[None]:
 
 
 def _check_file(path: Path, create: bool) -> None:
+    if path.is_dir():  # also a blank path ('.'): one line, not an IsADirectoryError
+        raise ArchiveError(f"{path}: a directory, not an archive file (pass --archive FILE)")
     found = path.exists() and path.stat().st_size > 0
     if not found and not create:
         what = "an empty file, no archive yet" if path.exists() else "archive not found"

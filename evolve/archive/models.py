@@ -25,6 +25,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from evolve.canonical import canonical_json
+from evolve.errors import ArchiveError
 
 SCHEMA_VERSION = 1
 
@@ -39,7 +40,13 @@ class CanonicalJSON(TypeDecorator[Any]):
         return None if value is None else canonical_json(value)
 
     def process_result_value(self, value: str | None, dialect: Any) -> Any:
-        return None if value is None else json.loads(value)
+        if value is None:
+            return None
+        try:
+            return json.loads(value)
+        except ValueError:  # an edited or damaged file: one line, not a JSONDecodeError
+            raise ArchiveError(f"the archive holds a value that is not JSON ({value[:40]!r}): "
+                               "the file was edited or damaged") from None
 
 
 class Base(DeclarativeBase):

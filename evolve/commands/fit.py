@@ -153,6 +153,12 @@ def run(args: argparse.Namespace) -> int:
     with _simulating(program, path, "initial"):
         version = ev.refresh_corpora(model, init_map,
                                      progress=lambda n: say(f"  simulated {n}"))
+    # the simulator reports what a program gets wrong as an invalid result: corpora of a
+    # failed simulation are no batches to fit on
+    for name, m in ev.score(model, init_map, ev.names(), full=True).items():
+        if not m.valid:
+            raise UserError(f"{path}: program {program.id[:12]} at its initial constants: "
+                            f"{m.reason} ({name})")
     t0 = time.perf_counter()
     if not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError(f"--prior {args.prior}: must be a finite number >= 0")

@@ -30,16 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evolve.archive.engines import exists
+    import math
+
     from evolve.errors import UserError
     from evolve.report import Options, Written, watch, write_report
     from evolve.targets import output_dir
 
-    if not exists(args.archive):  # a file must be there; a server URL is checked on open
-        raise UserError(f"{args.archive}: archive not found "
-                        "(run `evolve run` first, or pass --archive)")
-    if args.interval <= 0:
-        raise UserError("--interval must be positive")
+    if not (math.isfinite(args.interval) and args.interval > 0):
+        raise UserError(f"--interval {args.interval}: must be a finite number > 0")
     from evolve.archive import Archive
 
     with Archive(args.archive, create=False) as ar:  # a bad archive or run: before --out

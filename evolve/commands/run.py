@@ -120,7 +120,8 @@ RESUMABLE = {"run": {"generations", "data", "archive", "workers", "wall_time_s",
 
 
 def run(args: argparse.Namespace) -> int:
-    from evolve.config import Config, apply_dict, load_config, to_toml, validate
+    from evolve.config import Config, apply_dict, load_config, validate
+    from evolve.config_toml import to_toml
 
     over = _overrides(args)
     if args.break_lock and args.resume is None:
@@ -201,6 +202,9 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
         output_dir(report, "--report")
     if cfg.llm.cassette and cfg.llm.cassette_mode == "record":
         output_file(cfg.llm.cassette, "--cassette")
+    if cfg.operator.kind == "llm" and not cfg.llm.model:
+        raise UserError("operator.kind = \"llm\" needs a model: set llm.model in the config "
+                        "or pass --llm MODEL (or --llm local)")
     if (cfg.operator.kind == "llm" and cfg.llm.model != LOCAL
             and cfg.llm.cassette_mode != "replay"):
         _reachable(cfg.llm.base_url)

@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)
     names = ev.names(None if args.split == "all" else args.split)
+    if not names:  # validate() reads no names as "every run"
+        raise UserError(f"--split {args.split}: no {args.split} runs in the data directory")
     scope = args.scope or (infer_scope(groups, ev.scenarios) if groups else "global")
     consts = const_map(program, groups, ev.scenarios, scope)
     print(f"validating {label} (scope {scope}) closed loop on {len(names)} runs...",

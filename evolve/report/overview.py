@@ -86,7 +86,9 @@ def build_overview(data: RunData) -> Overview:
         ("programs seen", str(len(data.programs))),
         ("children fitted", f"{counts.get('child accepted', 0)} accepted of {children}"),
         ("evaluations", str(len(data.evals))),
-        ("started (UTC)", r.created_at or ""), ("wall time", _wall(r.created_at, r.finished_at)),
+        ("started (UTC)", r.created_at or ""),
+        # not compute time: a run resumed later counts the pause between
+        ("started to finished", _wall(r.created_at, r.finished_at)),
         ("code version", r.code_version or ""),
     ]
     if op.get("kind") == "llm" or data.llm_calls:

@@ -1,0 +1,100 @@
+"""Mistakes a user makes with archives, configs and flags (found by a fresh-eyes session):
+one line, exit 2, never an internal error, and a budget that cannot mean anything is
+refused instead of "finishing" a run that did nothing."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import pytest
+
+from evolve.cli import main
+
+
+def _line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("command", [["frontier"], ["runs"], ["report", "--out", "R"]])
+def test_an_archive_that_is_a_directory(tmp_path, capsys, command):
+    argv = [a.replace("R", str(tmp_path / "r")) for a in command]
+    assert main([*argv, "--archive", str(tmp_path)]) == 2
+    assert f"{tmp_path}: a directory, not an archive file" in _line(capsys)
+
+
+def test_a_blank_archive_in_the_config(tmp_path, capsys):
+    cfg = tmp_path / "a.toml"
+    cfg.write_text('[run]\narchive = ""\n')
+    assert main(["run", "--config", str(cfg), "--generations", "1"]) == 2
+    assert "a directory, not an archive file" in _line(capsys)
+
+
+def test_report_names_an_empty_archive_as_empty(tmp_path, capsys):
+    (tmp_path / "zero.db").write_bytes(b"")
+    assert main(["report", "--archive", str(tmp_path / "zero.db"), "--out",
+                 str(tmp_path / "r")]) == 2
+    assert "an empty file, no archive yet" in _line(capsys)
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("column", ["metrics", "constants"])
+@pytest.mark.parametrize("command", [["frontier"], ["show", "ID"], ["export-go", "ID"]])
+def test_a_damaged_json_value_in_the_archive(finished, tmp_path, capsys, column, command):
+    con = sqlite3.connect(finished)
+    pid = con.execute("SELECT program_id FROM frontier LIMIT 1").fetchone()[0]
+    con.execute(f"UPDATE evaluations SET {column} = '{{not json'")
+    con.commit()
+    con.close()
+    argv = [pid[:12] if a == "ID" else a for a in command]
+    assert main([*argv, "--archive", str(finished)]) == 2
+    assert "holds a value that is not JSON ('{not json')" in _line(capsys)
+
+
+@pytest.mark.parametrize(("toml", "needle"), [
+    ("[run]\nmax_evaluations = -1\n", "'run.max_evaluations' out of range: must be an "
+                                      "integer >= 0"),
+    ("[search]\nmax_refreshes = -3\n", "'search.max_refreshes' out of range"),
+    ("[fit]\npolish_evals = -1\n", "'fit.polish_evals' out of range"),
+])
+def test_budgets_and_counts_below_zero(tmp_path, capsys, toml, needle):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    assert main(["run", "--config", str(cfg), "--print-config"]) == 2
+    assert needle in _line(capsys)
+
+
+def test_a_config_saved_with_a_byte_order_mark(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(b"\xef\xbb\xbf[run]\nseed = 3\n")
+    assert main(["run", "--config", str(cfg), "--print-config"]) == 2
+    assert "starts with a UTF-8 byte-order mark" in _line(capsys)
+
+
+def test_an_llm_operator_without_a_model(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[operator]\nkind = "llm"\n')
+    assert main(["run", "--config", str(cfg), "--archive", str(tmp_path / "a.db")]) == 2
+    assert 'operator.kind = "llm" needs a model' in _line(capsys)
+    assert not (tmp_path / "a.db").exists()
+
+
+def test_report_watch_interval_must_be_finite(tmp_path, capsys):
+    assert main(["report", "--interval", "nan", "--archive", str(tmp_path / "a.db")]) == 2
+    assert "--interval nan: must be a finite number > 0" in _line(capsys)
+
+
+def test_a_blank_data_directory_variable(monkeypatch, capsys):
+    monkeypatch.setenv("EVOLVE_DATA", " ")
+    assert main(["data"]) == 2
+    assert "EVOLVE_DATA: blank" in _line(capsys)
+
+
+def test_report_legend_names_the_llm_only_for_llm_runs(finished, tmp_path):
+    from evolve.report import write_report
+
+    write_report(finished, tmp_path / "r")
+    assert "from the LLM" not in (tmp_path / "r" / "frontier.html").read_text()
+    shutil.rmtree(tmp_path / "r")
