@@ -121,13 +121,21 @@ class Evaluator:
 
     def refresh_corpora(self, model: StepModel, consts: ConstMap, window_steps: int = 2000,
                         names: Sequence[str] | None = None,
-                        progress: Callable[[str], None] | None = None) -> str:
+                        progress: Callable[[str], None] | None = None,
+                        strict: bool = False) -> str:
         """Re-simulate with ``model``; keep the corpora and their fitting subsamples.
 
         Returns the corpus version: a content hash of the corpora, stored with every
-        evaluation so a score can be traced to the batches it was computed on.
+        evaluation so a score can be traced to the batches it was computed on. A
+        simulation that failed (a bad step or queueing time, a stuck pool) leaves a cut-off
+        corpus; ``strict`` refuses it (``ValueError`` naming the run, nothing kept), for
+        corpora nothing better can replace (the first ones). Otherwise the caller judges
+        them (the search scores them and keeps the old ones when the loss is infinite).
         """
         sims = self.simulate(model, consts, names, progress=progress)
+        failed = [(n, r.error) for n, r in sims.items() if r.error]
+        if strict and failed:
+            raise ValueError(f"{failed[0][0]}: {failed[0][1]}")
         for name, res in sims.items():
             self.corpora[name] = res.corpus
             self.fit_sets[name] = build_fit_set(self.by_name[name], res.corpus, window_steps)

@@ -80,6 +80,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluator.corpus import Corpus
+from evaluator.glossary import N_STATS
 from evaluator.model import MAX_STEP_US
 from evaluator.scenarios import CLIENT_TIMEOUT_S, Scenario
 from evaluator.scheduler import _STEP_SIG, ERR_BAD_STEP, ERR_STUCK, STEP_FN_TYPE, _run
@@ -104,9 +105,9 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
     sv = scenario.server
     consts = np.ascontiguousarray(consts, dtype=np.float64)
     try:  # a bad queueing time is the program's result (invalid, the reason said), as a bad
-        delay, queue_error = queue_delay(scenario, model, consts), ""  # step time is
+        delay = queue_delay(scenario, model, consts)  # step time is; nothing to simulate
     except ValueError as exc:
-        delay, queue_error = np.zeros(scenario.n_requests), str(exc)
+        return _unsimulated(scenario, model, consts, str(exc))
     entry = scenario.arrival_us + delay
     order = np.argsort(entry, kind="stable").astype(np.int64)
     deadline = scenario.arrival_us + CLIENT_TIMEOUT_S * 1e6
@@ -136,11 +137,26 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
         corpus.member_kv = m_kv[:nm].copy()
         corpus.member_prefill = m_pf[:nm].copy()
         corpus.member_len = m_len[:nm].copy()
-    error = queue_error
-    if not error and err == ERR_BAD_STEP:
+    error = ""
+    if err == ERR_BAD_STEP:
         error = (f"step time not finite, positive and below {MAX_STEP_US:g} us at step "
                  f"{err_step}")
-    elif not error and err == ERR_STUCK:
+    elif err == ERR_STUCK:
         error = f"no request fits the KV pool at step {err_step}"
     metrics = metrics_from_times(scenario, corpus, corpus.end_us, consts, model, error)
     return SimResult(corpus=corpus, metrics=metrics, n_preemptions=int(n_pre), error=error)
+
+
+def _unsimulated(scenario: Scenario, model, consts: np.ndarray, error: str) -> SimResult:
+    """The invalid result of a run that could not start: no steps, every request unserved."""
+    n = scenario.n_requests
+    never = np.full(n, -1, dtype=np.int64)
+    corpus = Corpus(stats=np.zeros((N_STATS, 0)), end_us=np.zeros(0),
+                    arrival_us=scenario.arrival_us.copy(), queue_us=np.zeros(n),
+                    wait_us=np.zeros(n), admit_step=never, first_step=never.copy(),
+                    last_step=never.copy(), aborted=np.zeros(n, dtype=bool),
+                    output_tokens=scenario.output_tokens.astype(np.int64),
+                    preemptions=np.zeros(n, dtype=np.int64),
+                    kv_used=np.zeros(0, dtype=np.int64))
+    metrics = metrics_from_times(scenario, corpus, corpus.end_us, consts, model, error)
+    return SimResult(corpus=corpus, metrics=metrics, n_preemptions=0, error=error)

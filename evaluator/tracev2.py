@@ -55,7 +55,9 @@ HEADER_KEYS = {
 SERVER_KEYS = {"type": str, "model": str, "tensor_parallel": int, "max_num_seqs": int,
                "block_size": int, "gpu_memory_utilization": float, "max_model_len": int}
 TIME_UNITS = ("us", "microseconds", "µs")
-_INT = re.compile(r"[+-]?[0-9]+")  # ASCII digits, as Go's strconv (\d takes any script's)
+# ASCII digits, as Go's strconv (\d takes any script's)
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _BOOL = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
          "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 
@@ -132,13 +134,15 @@ def _strict_loader() -> type:
 
     class Strict(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            seen: set[Any] = set()
-            for key_node, _value in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"key {key!r} given twice", key_node.start_mark)
-                seen.add(key)
+            if isinstance(node, yaml.MappingNode):
+                self.flatten_mapping(node)  # merge keys (<<) first, as SafeLoader does
+                seen: list[Any] = []
+                for key_node, _value in node.value:
+                    key = self.construct_object(key_node, deep=deep)
+                    if key in seen:  # a list: an unhashable key is the parent's to refuse
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {key!r} given twice", key_node.start_mark)
+                    seen.append(key)
             return super().construct_mapping(node, deep=deep)
 
     return Strict
@@ -190,11 +194,9 @@ def _parse_rows(reader, path: Path, cols: list[str], n_head: int) -> dict[str, l
                     raise DataError(f"{where}, field 'streaming': not a boolean: {raw!r}")
                 val = _BOOL[raw]
             elif col == "reason_ratio":
-                try:
-                    val = float(raw)
-                except ValueError:
-                    raise DataError(f"{where}, field 'reason_ratio': not a number: "
-                                    f"{raw!r}") from None
+                if not _FLOAT.fullmatch(raw):  # Go's ParseFloat: no spaces, _ or other digits
+                    raise DataError(f"{where}, field 'reason_ratio': not a number: {raw!r}")
+                val = float(raw)
                 if not 0.0 <= val <= 1.0:
                     raise DataError(f"{where}, field 'reason_ratio': {raw} not in [0, 1]")
             else:

@@ -114,8 +114,9 @@ def expected_error(exc: BaseException, archive: object = None) -> str | None:
         return f"{where}cannot write ({exc.strerror})"
     if "sqlalchemy" in sys.modules:  # a database that refused (locked, full, gone, corrupt)
         from sqlalchemy.exc import DatabaseError, OperationalError
+        from sqlalchemy.exc import DataError as ValueRefused  # e.g. out of a column's range
 
-        if isinstance(exc, OperationalError) or type(exc) is DatabaseError:
+        if isinstance(exc, OperationalError | ValueRefused) or type(exc) is DatabaseError:
             where = f"{archive}: " if isinstance(archive, str) and "://" not in archive else ""
             return (f"{where}archive database error: "
                     f"{_first_line(getattr(exc, 'orig', None) or exc)}")

@@ -306,8 +306,9 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
                 "fit.seed_polish_evals", "fit.polish_evals"):  # budgets and counts: 0 = off
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
-        ranges[key] = (fin(value) and value >= 0, "an integer >= 0" if isinstance(
-            value, int) else "a finite number >= 0")
+        whole = isinstance(value, int)  # no isfinite: an int past a float's range overflows
+        ranges[key] = (value >= 0 if whole else fin(value) and value >= 0,
+                       "an integer >= 0" if whole else "a finite number >= 0")
     cpus = max(2, cpu_count())  # the default (2) is valid everywhere
     forced = cfg.run.force_workers or cfg.run.executor == "ray"  # Ray: its own CPU count
     edges = cfg.search.complexity_edges

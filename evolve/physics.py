@@ -226,7 +226,7 @@ class PhysicsPenalty:
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         with np.errstate(all="ignore"):
             T = population_step_times(self.fn, self.F, X)
-            bad = ~np.all(np.isfinite(T) & (T > 0.0), axis=1)
+            bad = ~np.all((T > 0.0) & (T < MAX_STEP_US), axis=1)  # violation()'s first rule
             under = np.maximum((1.0 - FIT_MARGIN) * self.floor - T[:, self.long], 0.0)
             under = (under / self.floor).max(axis=1, initial=0.0)
             drop = np.maximum(T[:, self.a] - T[:, self.b], 0.0) / T[:, self.a]

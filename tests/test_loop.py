@@ -145,3 +145,20 @@ def test_teacher_forced_fitness_compares_generation_zero_on_one_corpus(tmp_path)
     with Archive(path) as ar:  # the resume rebuilds the grid from those rows
         again = Search(cfg, ar, run_id=summary.run_id, log=lambda _m: None).run()
     assert again.status == "finished"
+
+
+def test_a_bootstrap_seed_that_cannot_simulate_is_named(tmp_path):
+    """The first corpora have nothing to fall back on: a bootstrap seed whose simulation
+    fails at its initial constants is a one-line error naming it, not cut-off batches."""
+    from evolve.errors import UserError
+
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "broken.py").write_text(
+        '"""Negative from five requests on."""\n'
+        'CONSTANTS = {"a": (20000.0, 1.0, 40000.0), "b": (4900.0, 0.0, 9000.0)}\n\n'
+        "def step_time(f, c):\n    return c.a - c.b * f.batch_size\n")
+    with pytest.raises(UserError, match=r"seed [0-9a-f]{12} cannot simulate the runs at its "
+                                        r"initial constants \(.*step time not finite"):
+        run_tiny(tmp_path / "b.db", run__seed=11, run__seeds_dir=str(seeds),
+                 search__bootstrap_seed="broken")

@@ -142,4 +142,5 @@ def test_validate_writes_the_three_plots(tmp_path, data_path, capsys):
     assert pngs == ["e2e_cdfs.png", "knees.png", "pred_vs_measured.png"]
     whose = json.loads((out / "plots.json").read_text())
     assert whose["label"] == "layered" and len(whose["program"]) == 64
+    assert len(whose["constants"]) == 16  # the declared ones here: a digest of {}
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)

@@ -102,9 +102,9 @@ def run(args: argparse.Namespace) -> int:
                           latency_model=args.latency_model)
     # a trace has no field for evolve's names: say how to get this experiment back by them
     # (the model's constants are keyed by its short name)
-    print(f"ingest it back as this experiment: evolve ingest {hpath} --name {sc.name} "
-          f"--model-short {sc.model} --split {sc.split} --model CONFIG.json ...",
-          file=sys.stderr)
+    back = ["evolve", "ingest", str(hpath), "--name", sc.name, "--model-short", sc.model,
+            "--split", sc.split, "--model", "CONFIG.json"]
+    print(f"ingest it back as this experiment: {shell(back)} ...", file=sys.stderr)
     print("replay it in BLIS (built with the exported model, docs/blis.md):", file=sys.stderr)
     print(shell(argv))
     return 0

@@ -150,15 +150,9 @@ def run(args: argparse.Namespace) -> int:
         "initial constants...")
     init_map = const_map(program, {}, ev.scenarios, args.scope)
     _check_finite(program, model, ev, init_map, path, "initial")
-    with _simulating(program, path, "initial"):
-        version = ev.refresh_corpora(model, init_map,
+    with _simulating(program, path, "initial"):  # a failed simulation: no batches to fit
+        version = ev.refresh_corpora(model, init_map, strict=True,
                                      progress=lambda n: say(f"  simulated {n}"))
-    # the simulator reports what a program gets wrong as an invalid result: corpora of a
-    # failed simulation are no batches to fit on
-    for name, m in ev.score(model, init_map, ev.names(), full=True).items():
-        if not m.valid:
-            raise UserError(f"{path}: program {program.id[:12]} at its initial constants: "
-                            f"{m.reason} ({name})")
     t0 = time.perf_counter()
     if not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError(f"--prior {args.prior}: must be a finite number >= 0")

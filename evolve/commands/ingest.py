@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
                 p.rmdir()
         raise
     finally:
-        signal.signal(signal.SIGTERM, old)
+        if old is not None:  # None: installed from C, and signal() cannot put that back
+            signal.signal(signal.SIGTERM, old)
     n, failed = len(spec.status), sum(s != "ok" for s in spec.status)
     sv = spec.server
     stage_txt = ", ".join(f"{s.rate:g} rps x {s.duration_s:g} s" for s in spec.stages)

@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from evolve.errors import UserError
+from evolve.errors import EvolveError, UserError
 from evolve.operators.llm_config import LLMConfig
 
 HELP = "send one tiny request to an LLM endpoint"
@@ -81,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
     from evolve.operators.cassette import canonical_request
     from evolve.operators.llm_endpoint import OK, Endpoint
 
-    cfg = _config(args)
+    try:
+        cfg = _config(args)
+    except EvolveError as exc:  # --json: an answer on stdout for every failure
+        if args.json:
+            print(json.dumps({"ok": False, "error": str(exc)}, sort_keys=True))
+        raise
     messages = [{"role": "user", "content": _PROMPT}]
     request = canonical_request(cfg.model, messages, 0.0, 0 if cfg.send_seed else None, 16,
                                 "llm-check")

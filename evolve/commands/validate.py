@@ -89,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:
         for p in plot(val, Path(args.out), label):
             print(f"wrote {p}", file=sys.stderr)
-        from evolve.report.validation import PLOTS_OF  # whose plots, for `report`
+        from evolve.report.validation import PLOTS_OF, constants_digest  # for `report`
 
         (Path(args.out) / PLOTS_OF).write_text(json.dumps(
-            {"program": program.id, "label": label, "scope": scope, "runs": sorted(names)},
-            indent=1, sort_keys=True) + "\n")
+            {"program": program.id, "constants": constants_digest(groups), "label": label,
+             "scope": scope, "runs": sorted(names)}, indent=1, sort_keys=True) + "\n")
     return 0

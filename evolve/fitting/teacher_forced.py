@@ -26,7 +26,15 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from evaluator.api import Evaluator, FitSet, ProbeBatches, Scenario, StepModel, loss
+from evaluator.api import (
+    MAX_STEP_US,
+    Evaluator,
+    FitSet,
+    ProbeBatches,
+    Scenario,
+    StepModel,
+    loss,
+)
 from evolve.codegen import step_model
 from evolve.fitting.bounds import Box, FitResult, const_map, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
@@ -117,7 +125,7 @@ class GroupObjective:
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         """Loss of every row of ``X``; :data:`PENALTY` where the constants are invalid
-        (non-finite or non-positive step times, bad queueing delays)."""
+        (step times not finite, positive and below MAX_STEP_US; bad queueing delays)."""
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         P = X.shape[0]
         if self.always_invalid:
@@ -126,7 +134,7 @@ class GroupObjective:
         qfn = self.model.queue_fn
         with np.errstate(all="ignore"):
             T = self._times(C, P)
-            ok = (T.min(axis=1) > 0.0) & (T.max(axis=1) < np.inf)
+            ok = (T.min(axis=1) > 0.0) & (T.max(axis=1) < MAX_STEP_US)  # the judge's rule
             if qfn is not None:
                 d_all = np.broadcast_to(qfn(self.q_all, C), (P, self.q_all.shape[1]))
                 ok &= np.all(np.isfinite(d_all) & (d_all >= 0.0), axis=1)

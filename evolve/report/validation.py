@@ -18,10 +18,13 @@ Two sources, and why both:
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from evolve.canonical import canonical_json
 from evolve.report.data import RunData
 from evolve.report.pick import champion
 
@@ -89,13 +92,22 @@ def build_validation(data: RunData, validate_dir: str | Path | None = None) -> V
         targets = [("pick and champion", targets[0][1])]
     points = [pt for role, pid in targets for pt in pred_vs_measured(data, pid, role)]
     images = load_images(validate_dir)
-    note = plots_note(validate_dir, [pid for _r, pid in targets]) if images else ""
+    consts = {pid: (data.programs[pid].constants if pid in data.programs else None)
+              for _r, pid in targets}
+    note = plots_note(validate_dir, consts) if images else ""
     return ValidationPage(targets, points, images,
                           str(validate_dir) if validate_dir else None, note)
 
 
-def plots_note(directory: str | Path | None, targets: list[str]) -> str:
-    """'' when ``plots.json`` names the pick or the champion; otherwise what is known."""
+def constants_digest(groups: Any) -> str:
+    """A short hash of fitted constants ({group: {name: value}}): the same program at other
+    constants (another run's fit, ``--constants``, the declared ones) is another model."""
+    return hashlib.sha256(canonical_json(groups or {}).encode()).hexdigest()[:16]
+
+
+def plots_note(directory: str | Path | None, targets: dict[str, Any]) -> str:
+    """'' when ``plots.json`` names the pick or the champion (``targets``: id -> its
+    constants) at its constants; otherwise what is known."""
     path = Path(directory or ".") / PLOTS_OF
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -103,7 +115,10 @@ def plots_note(directory: str | Path | None, targets: list[str]) -> str:
     except (OSError, ValueError, TypeError, KeyError):
         return (f"Which program these plots show is not recorded (no readable {PLOTS_OF}; "
                 "`evolve validate --out` writes it).")
-    if pid in targets:
-        return ""
-    return (f"These plots are of program {pid[:12]}, which is neither the pick nor the "
-            "champion of this run.")
+    if pid not in targets:
+        return (f"These plots are of program {pid[:12]}, which is neither the pick nor the "
+                "champion of this run.")
+    if doc.get("constants") != constants_digest(targets[pid]):
+        return (f"These plots are of program {pid[:12]} at other constants than this run's "
+                "(another run's fit, or constants given to `evolve validate`).")
+    return ""

@@ -18,7 +18,8 @@ from evolve.search.context import RunContext
 
 
 def refresh(ctx: RunContext, program: Program, groups: dict[str, dict[str, float]],
-            scope: str, progress: Callable[[str], None] | None = None) -> tuple[str, float]:
+            scope: str, progress: Callable[[str], None] | None = None,
+            strict: bool = False) -> tuple[str, float]:
     """Re-simulate every scenario closed loop with ``program``.
 
     Returns the new corpus version and the program's *closed-loop* training loss (teacher
@@ -29,7 +30,7 @@ def refresh(ctx: RunContext, program: Program, groups: dict[str, dict[str, float
     consts = const_map(program, groups, ev.scenarios, scope)
     model = step_model(program)
     version = ev.refresh_corpora(model, consts, ctx.window_steps, names=ctx.names,
-                                 progress=progress)
+                                 progress=progress, strict=strict)
     official = ev.score(model, consts, names=ctx.train, full=True)
     return version, float(loss(official, ctx.train))
 

@@ -237,6 +237,7 @@ class RayExecutor:
         # larger programs first (they take longest), so the last tasks are short ones
         order = sorted(range(len(jobs)), key=lambda i: (-jobs[i][0].complexity, i))
         refs: list[Any] = [None] * len(jobs)
+        self._pending = refs  # filled as submitted: a Ctrl-C in this loop cancels those too
         for i in order:
             prog, seed = jobs[i]
             refs[i] = task.remote([static], [corpus], prog.source, seed, digits)
@@ -248,8 +249,11 @@ class RayExecutor:
             return []
         static, corpus = self._refs()
         task = self._apply.options(max_retries=self.max_retries, retry_exceptions=False)
-        return self._gather([task.remote([static], [corpus], fn, job) for job in jobs],
-                            on_result)
+        refs: list[Any] = []
+        self._pending = refs
+        for job in jobs:
+            refs.append(task.remote([static], [corpus], fn, job))
+        return self._gather(refs, on_result)
 
     def _gather(self, refs: list[Any], on_result: Callable[[int, Any], None] | None
                 ) -> list[Any]:
@@ -265,7 +269,7 @@ class RayExecutor:
         if self._pending:
             import ray
 
-            for ref in self._pending:
+            for ref in (r for r in self._pending if r is not None):
                 with contextlib.suppress(Exception):  # finished or gone: nothing to stop
                     ray.cancel(ref, recursive=True)
             self._pending = []

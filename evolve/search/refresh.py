@@ -16,7 +16,7 @@ from typing import Any
 
 from evolve.archive.models import CorpusVersion
 from evolve.config import Config
-from evolve.errors import ArchiveError
+from evolve.errors import ArchiveError, UserError
 from evolve.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
@@ -38,7 +38,11 @@ def new_corpus(books: Books, ctx: RunContext, cfg: Config, g: int, prog: Program
     st = books.state
     adopted_rows = [r for r in st.corpus_rows if r.adopted]
     saved = save_corpora(ctx.evaluator)
-    version, closed = refresh(ctx, prog, groups, scope)
+    try:  # the first corpora have nothing to fall back on: a failed simulation is fatal
+        version, closed = refresh(ctx, prog, groups, scope, strict=not adopted_rows)
+    except ValueError as exc:
+        raise UserError(f"seed {prog.id[:12]} cannot simulate the runs at its initial "
+                        f"constants ({exc}); pick another search.bootstrap_seed") from None
     adopted = (not adopted_rows or not cfg.search.refresh_gate
                or closed < adopted_rows[-1].closed_loop_loss)
     if not adopted:

@@ -25,6 +25,14 @@ def step_time(f, c):
     return c.a * log(f.batch_size - f.batch_size)
 '''
 
+# positive on small batches, negative from 5 requests on: the simulation stops there, and
+# its cut-off corpus is no batches to fit on
+NEGATIVE_STEP = '''CONSTANTS = {"a": (20000.0, 1.0, 40000.0), "b": (4900.0, 0.0, 9000.0)}
+
+def step_time(f, c):
+    return c.a - c.b * f.batch_size
+'''
+
 
 def _one_line(capsys) -> str:
     """The one error line (progress lines of ``fit`` may precede it)."""
@@ -38,6 +46,7 @@ def _one_line(capsys) -> str:
 @pytest.mark.parametrize("text, needle", [
     (NEGATIVE_QUEUE, "queueing_time is not finite and non-negative"),
     (NAN_STEP, "step_time is -inf us on the batch"),
+    (NEGATIVE_STEP, "step time not finite, positive and below 1e+12 us at step"),
 ])
 def test_fit_says_what_is_wrong_with_the_program(tmp_path, capsys, text, needle):
     path = tmp_path / "p.py"

@@ -68,6 +68,8 @@ def test_a_data_file_that_cannot_be_read(tmp_path, capsys, kind):
      "columns, the header has"),
     (lambda h, d: h.write_text(h.read_text() + "mode: generated\n"),
      "key 'mode' given twice"),
+    (lambda h, d: h.write_text(h.read_text() + "? [a, b]\n: 1\n"), "found unhashable key"),
+    (lambda h, d: edit_csv(d, 1, "reason_ratio", "\u0660.\u0665"), "not a number"),
     (lambda h, d: h.write_text(h.read_text() + "network:\n  measured_rtt_ms: fast\n"),
      "field 'network.measured_rtt_ms' has invalid value 'fast'"),
     (lambda h, d: edit_csv(d, 4, "output_tokens", "99999999"),
@@ -143,12 +145,13 @@ def test_an_ingest_killed_while_writing_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "load_experiment", killed)
     h, _ = write(tmp_path / "t")
     out = tmp_path / "new" / "data"
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as stop:
         main(["ingest", str(h), "--out", str(out), "--model", str(model_dir(tmp_path)),
               *FLAGS])
     assert stop.value.code == 128 + signal.SIGTERM
     assert not (tmp_path / "new").exists()
-    assert signal.getsignal(signal.SIGTERM) is not None  # the previous handler is back
+    assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back
 
 
 def test_commands_on_a_data_directory_without_the_runs_asked_for(tmp_path, capsys):

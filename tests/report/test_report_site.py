@@ -70,17 +70,22 @@ def test_validate_dir_plots_of_another_program_are_said(synthetic_archive, tmp_p
     import json
 
     from evolve.report.data import open_run
+    from evolve.report.validation import constants_digest
 
     (tmp_path / "v").mkdir()
     (tmp_path / "v" / "e2e_cdfs.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
-    pick = open_run(synthetic_archive).pick_id()
+    data = open_run(synthetic_archive)
+    pick = data.pick_id()
     assert pick
-    for pid, said in (("ab" * 32, True), (pick, False)):
-        (tmp_path / "v" / "plots.json").write_text(json.dumps({"program": pid}))
+    mine = constants_digest(data.programs[pick].constants)
+    for pid, digest, said in (("ab" * 32, mine, "program abababababab, which is neither"),
+                              (pick, "0" * 16, "at other constants"), (pick, mine, None)):
+        (tmp_path / "v" / "plots.json").write_text(json.dumps({"program": pid,
+                                                               "constants": digest}))
         write_report(synthetic_archive, tmp_path / "r",
                      opts=Options(validate_dir=str(tmp_path / "v")))
         html = (tmp_path / "r" / "validation.html").read_text()
-        assert ("These plots are of program abababababab" in html) is said
+        assert (said in html) if said else "These plots are of" not in html
         assert "not recorded" not in html
 
 
