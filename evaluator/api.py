@@ -33,7 +33,7 @@ from evaluator.glossary import (
 from evaluator.ingest import ServerFlags, parse_stages
 from evaluator.ingest_perf import from_inference_perf
 from evaluator.ingest_trace import from_tracev2
-from evaluator.model import MAX_STEP_US, ConstMap, StepModel, step_time_problem
+from evaluator.model import MAX_STEP_US, ConstMap, StepModel, step_time_problem, usable_steps
 from evaluator.scenarios import DataError, Scenario, data_dir
 from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
 from evaluator.sensitivity import DELTA as SENSITIVITY_DELTA
@@ -81,6 +81,7 @@ __all__ = [
     "scenario_trace",
     "shell",
     "step_time_problem",
+    "usable_steps",
     "write_experiment",
     "write_tracev2",
 ]

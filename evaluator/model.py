@@ -23,10 +23,15 @@ ConstMap = Mapping[str, np.ndarray]
 MAX_STEP_US = 1e12
 
 
+def usable_steps(t: np.ndarray) -> np.ndarray:
+    """Bool, elementwise: finite, positive and below :data:`MAX_STEP_US` (NaN fails)."""
+    return (t > 0.0) & (t < MAX_STEP_US)
+
+
 def step_time_problem(t: np.ndarray) -> str | None:
     """Why step times ``t`` (µs) are unusable, naming the first bad one, or None."""
     flat = np.asarray(t, dtype=np.float64).reshape(-1)
-    bad = np.flatnonzero(~((flat > 0.0) & (flat < MAX_STEP_US)))  # NaN fails both
+    bad = np.flatnonzero(~usable_steps(flat))
     if bad.size == 0:
         return None
     j = int(bad[0])

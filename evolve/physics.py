@@ -50,7 +50,7 @@ from evaluator.api import (
     ProbeBatches,
     StepModel,
     probe_batches,
-    step_time_problem,
+    usable_steps,
 )
 
 FLOOR_CONTEXT = 1024.0
@@ -118,8 +118,9 @@ def probe_times(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> np
 def violation(model: StepModel, consts: np.ndarray, probe: ProbeBatches) -> str | None:
     """Why ``model`` with constants ``consts`` breaks physics on ``probe``, or None."""
     t = probe_times(model, consts, probe)
-    if step_time_problem(t) is not None:  # the rule every place that runs a program keeps
-        j = int(np.flatnonzero(~((t > 0.0) & (t < MAX_STEP_US)))[0])
+    bad = np.flatnonzero(~usable_steps(t))  # the rule every place that runs a program keeps
+    if bad.size:
+        j = int(bad[0])
         return (f"step time {float(t[j])!r} us on '{probe.label[j]}' is not finite, "
                 f"positive and below {MAX_STEP_US:g} us")
     for pairs, what in ((probe.more_context, "context"),
@@ -226,7 +227,7 @@ class PhysicsPenalty:
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         with np.errstate(all="ignore"):
             T = population_step_times(self.fn, self.F, X)
-            bad = ~np.all((T > 0.0) & (T < MAX_STEP_US), axis=1)  # violation()'s first rule
+            bad = ~np.all(usable_steps(T), axis=1)  # violation()'s first rule
             under = np.maximum((1.0 - FIT_MARGIN) * self.floor - T[:, self.long], 0.0)
             under = (under / self.floor).max(axis=1, initial=0.0)
             drop = np.maximum(T[:, self.a] - T[:, self.b], 0.0) / T[:, self.a]

@@ -19,7 +19,6 @@ slices; the official score remains the full closed-loop simulation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -56,13 +55,10 @@ class SliceObjective:
 
     def one(self, x: np.ndarray, per_slice: Mapping[str, np.ndarray] | None = None) -> float:
         """The slice loss of one constant vector (or of ``per_slice`` vectors); ``inf`` if
-        invalid, also where the program refuses them (e.g. a negative ``queueing_time``),
-        as the judge scores it."""
+        invalid, also where the program refuses them (e.g. a negative ``queueing_time``:
+        the simulator reports it as an invalid result), as the judge scores it."""
         consts = per_slice if per_slice is not None else dict.fromkeys(self.runs, x)
-        try:
-            sims = self.sl.simulate(self.model, consts, names=self.runs)
-        except (ArithmeticError, ValueError):
-            return math.inf
+        sims = self.sl.simulate(self.model, consts, names=self.runs)
         return float(loss({n: r.metrics for n, r in sims.items()}, self.runs))
 
     def __call__(self, X: np.ndarray) -> np.ndarray:

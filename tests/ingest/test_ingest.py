@@ -194,6 +194,16 @@ def test_inference_perf_bad_record(tmp_path, capsys, edit, needle):
     assert not (tmp_path / "data").exists()
 
 
+def _ingested(tmp_path, d, capsys):
+    """Ingest the inference-perf directory ``d`` (must succeed): (what it said, scenario)."""
+    code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), "--hardware", "H100"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    (sc,) = load_scenarios(tmp_path / "data")
+    return out.out + out.err, sc
+
+
 def test_inference_perf_summary_of_other_requests_is_not_used(tmp_path, capsys):
     """A summary that counts other requests than the records (a cut of a run) would pass
     its aggregates off as these rows' measured figures."""
@@ -203,12 +213,8 @@ def test_inference_perf_summary_of_other_requests_is_not_used(tmp_path, capsys):
                                                      "p99": 2.0} for k in (
             "request_latency", "time_to_first_token")}},
         "failures": {"count": 0}}))
-    code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
-                 str(model_dir(tmp_path)), "--hardware", "H100"])
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    assert "counts 9000 requests, the per-request records 16: not used" in out.out + out.err
-    (sc,) = load_scenarios(tmp_path / "data")
+    said, sc = _ingested(tmp_path, d, capsys)
+    assert "counts 9000 requests, the per-request records 16: not used" in said
     assert sc.measured.summary["e2e_mean"] == pytest.approx(0.5)  # the records', not 2.0
 
 
@@ -221,12 +227,8 @@ def test_inference_perf_records_without_token_times_are_noted(tmp_path, capsys):
     for r in rows[:3]:  # three completed records (the failed one is row 16 - 6 = 9)
         r["info"]["output_token_times"] = []
     path.write_text(json.dumps(rows))
-    code = main(["ingest", str(d), "--out", str(tmp_path / "data"), "--model",
-                 str(model_dir(tmp_path)), "--hardware", "H100"])
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    assert "3 of 15 completed records have no output_token_times" in out.out + out.err
-    (sc,) = load_scenarios(tmp_path / "data")
+    said, sc = _ingested(tmp_path, d, capsys)
+    assert "3 of 15 completed records have no output_token_times" in said
     assert int(np.sum(~sc.measured.failed & np.isnan(sc.measured.ttft_s))) == 3
     assert sc.measured.summary["ttft_mean"] == pytest.approx(0.03)
 
