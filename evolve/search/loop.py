@@ -39,6 +39,7 @@ from evolve.errors import ArchiveError, BudgetExhausted, LLMUnavailable
 from evolve.language import parse_program
 from evolve.operators.base import Operator
 from evolve.operators.llm_config import LLMConfig
+from evolve.search import stopping
 from evolve.search.books import Books
 from evolve.search.children import evaluate_children
 from evolve.search.context import make_context
@@ -150,6 +151,7 @@ class Search:
         bar = _progress(cfg, start) if start <= cfg.run.generations else None
         try:
             for g in range(start, cfg.run.generations + 1):
+                stopping.check()  # a stop whose exception was dropped (stopping.check)
                 why = self._budget_exhausted()
                 if why:
                     status = f"stopped:{why}"
@@ -180,6 +182,7 @@ class Search:
                 if cfg.run.wall_time_s > 0 and time.monotonic() - self.t0 > cfg.run.wall_time_s:
                     status = "stopped:wall_time" if g < cfg.run.generations else "finished"
                     break
+            stopping.check()
         except (KeyboardInterrupt, StopRequested):
             self.pool.reset()  # the workers stop computing before the archive is written
             with critical():

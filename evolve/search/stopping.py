@@ -51,13 +51,23 @@ _critical_depth = 0
 _pending: int | None = None
 REPEAT_IGNORED_S = 2.0
 _stopped_at: float | None = None  # when a stop was raised (monotonic), None before
+_requested: int | None = None  # the signal of that stop, for check()
 
 
 def _stop(signum: int) -> StopRequested:
-    global _stopped_at
+    global _stopped_at, _requested
     if _stopped_at is None:
-        _stopped_at = time.monotonic()
+        _stopped_at, _requested = time.monotonic(), signum
     return StopRequested(signum)
+
+
+def check() -> None:
+    """Raise the stop again if one was requested. Why: a handler's exception raised where
+    Python ignores exceptions (an at-fork hook such as logging's lock release, a
+    ``__del__``) is printed and dropped, and the run went on to "finish" (seen in CI);
+    the loop calls this at every generation boundary."""
+    if _requested is not None and threading.current_thread() is threading.main_thread():
+        raise StopRequested(_requested)
 
 
 def _handler(signum: int, _frame: FrameType | None) -> None:
@@ -80,8 +90,9 @@ def stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    global _requested
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
-    _pending, _stopped_at = None, None
+    _pending, _stopped_at, _requested = None, None, None
     try:
         yield
     finally:

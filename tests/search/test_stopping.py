@@ -102,3 +102,18 @@ def test_a_group_signal_leaves_the_workers_alone_and_the_pool_stops(tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
     assert out.read_text().strip() == "reset"
+
+
+def test_a_stop_whose_exception_was_dropped_is_raised_again():
+    """A handler's raise inside an at-fork hook or a ``__del__`` is printed and dropped;
+    the loop's check() at each generation boundary raises the stop again."""
+    from evolve.search import stopping
+
+    with stopping.stop_signals():
+        stopping.check()  # nothing requested: nothing raised
+        stopping._stop(signal.SIGTERM)  # what the handler raised, then lost
+        with pytest.raises(stopping.StopRequested) as stop:
+            stopping.check()
+        assert stop.value.exit_code == 143
+    with stopping.stop_signals():
+        stopping.check()  # a new run starts clean
