@@ -2,7 +2,7 @@
 
 Two runs with the same seed, config, data and recorded LLM replies must print the same
 digest (wall-clock and code-version columns are left out, see
-``evolve.archive.store.INFORMATIONAL``). Used to check that refactors change no behaviour:
+``evolve.archive.informational``). Used to check that refactors change no behaviour:
 
     evolve run --generations 10 --seed 7 --archive before.db   # on the old code
     evolve run --generations 10 --seed 7 --archive after.db    # on the new code

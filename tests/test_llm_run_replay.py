@@ -25,6 +25,8 @@ from llm_server import LLMServer, Reply, fenced, parent_source, program_for
 from needs import missing
 
 from evaluator.scenarios import DataError, data_dir
+from evolve.archive import Archive
+from evolve.archive.digest import archive_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",          # train
@@ -139,6 +141,10 @@ def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
     assert a.keys() == b.keys()
     for table in a:
         assert a[table] == b[table], f"table {table} differs between record and replay"
+    # The project's own comparison (scripts/archive_digest.py) agrees: same archive.
+    with Archive(tmp_path / "rec.db", create=False) as ra, \
+            Archive(tmp_path / "rep.db", create=False) as rb:
+        assert archive_digest(ra) == archive_digest(rb)
     with sqlite3.connect(tmp_path / "rec.db") as con:
         accepted = con.execute("SELECT count(*) FROM evaluations WHERE operator LIKE 'llm:%' "
                                "AND status = 'accepted'").fetchone()[0]

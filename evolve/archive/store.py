@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.archive import aux
 from evolve.archive.engines import first_line, open_engine, schema_lock
+from evolve.archive.informational import INFORMATIONAL, comparable_config
 from evolve.archive.models import (
     SCHEMA_VERSION,
     Base,
@@ -42,13 +43,6 @@ from evolve.archive.models import (
     SchemaVersion,
 )
 from evolve.errors import ArchiveError
-
-# Informational columns: wall clock and code version. Never read by any decision, and left
-# out when two archives are compared for determinism.
-INFORMATIONAL: dict[str, frozenset[str]] = {
-    "runs": frozenset({"created_at", "finished_at", "code_version"}),
-    "llm_calls": frozenset({"latency_s"}),
-}
 
 
 def code_version() -> str:
@@ -372,8 +366,11 @@ class Archive:
         out = {}
         for name in sorted(Base.metadata.tables):
             skip = INFORMATIONAL.get(name, frozenset())
-            out[name] = [{k: v for k, v in row.items() if k not in skip}
-                         for row in self.table_rows(name)]
+            rows = [{k: v for k, v in row.items() if k not in skip}
+                    for row in self.table_rows(name)]
+            if name == "runs":
+                rows = [{**r, "config": comparable_config(r.get("config"))} for r in rows]
+            out[name] = rows
         return out
 
 
