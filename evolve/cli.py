@@ -88,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evolve {name}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the one place that decides how errors look
-        if _interrupted(exc):
+        stop_code = _interrupted(exc)
+        if stop_code is not None:
             print(f"evolve {name}: interrupted", file=sys.stderr)
-            return 130
+            return stop_code
         line = expected_error(exc, getattr(args, "archive", None))
         if line is not None:
             print(f"evolve {name}: error: {line}", file=sys.stderr)
@@ -123,17 +124,21 @@ def expected_error(exc: BaseException, archive: object = None) -> str | None:
     return None
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Ctrl-C inside compiled code (numba's dispatcher reports the KeyboardInterrupt as a
-    SystemError "returned a result with an exception set", the interrupt chained)."""
+def _interrupted(exc: BaseException) -> int | None:
+    """The exit code of a stop inside compiled code (numba's dispatcher reports the
+    KeyboardInterrupt, or evolve's StopRequested, as a SystemError "returned a result with
+    an exception set", the stop chained), or None."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         if isinstance(cur, KeyboardInterrupt):
-            return True
+            return 130
+        if isinstance(getattr(cur, "exit_code", None), int) and type(cur).__name__ == \
+                "StopRequested":
+            return int(cur.exit_code)  # type: ignore[attr-defined]
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
-    return False
+    return None
 
 
 def write_traceback(name: str, argv: list[str], exc: BaseException) -> str:

@@ -266,7 +266,10 @@ def _search(cfg: Config, resume: int | None, report: str | None, break_lock: boo
             box["run_id"] = resume
             run = archive.run(resume)
             search = Search(cfg, archive, run_id=resume, break_lock=break_lock, llm=llm)
-            if run.config != cfg.stored_dict():  # under the run's lock
+            # under the run's lock; a target below what is done computes nothing and
+            # leaves the run as it was (found in review: it stored "5/2")
+            if (run.config != cfg.stored_dict()
+                    and cfg.run.generations >= run.generations_done):
                 archive.update_run(resume, config=cfg.stored_dict())
         else:
             search = Search(cfg, archive, on_run=lambda rid: box.update(run_id=rid), llm=llm)

@@ -12,17 +12,23 @@ Then each pick is validated closed loop on every measured run (``evolve validate
 
 Each seed writes ``OUT/seed-S.db`` (or one run in ``--archive``, e.g. a PostgreSQL URL
 that every seed writes to at once), ``OUT/seed-S.log`` and ``OUT/seed-S.json`` (its pick's
-validation); a seed whose JSON exists is not run again, so an interrupted study resumes.
+validation); a seed whose JSON exists is not run again, and a seed whose archive holds an
+unfinished run is resumed (``evolve run --resume``), so an interrupted study resumes: Ctrl-C
+or SIGTERM stops the seeds' searches at a safe point (each prints how far it got), starts no
+new seed, and the same command continues.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -58,15 +64,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cut every measured run to its first S seconds (quick demos)")
 
 
+class _Stopping:
+    """The children a study runs, so that a stop reaches them, and whether it stopped.
+
+    Why: a stop used to end only the study's own process. SIGTERM left its `evolve run`
+    running, re-parented to init (and a new study deleted its archive under it); Ctrl-C
+    waited for every queued seed to finish first (found in review)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen] = set()
+        self.signum: int | None = None
+
+    def run(self, cmd: list[str], **kw: Any) -> subprocess.CompletedProcess:
+        """``subprocess.run`` whose child a stop reaches; refuses to start once stopped."""
+        with self.lock:
+            if self.signum is not None:
+                raise RuntimeError("stopped before it started")
+            proc = subprocess.Popen(cmd, **kw)
+            self.live.add(proc)
+        try:
+            out, err = proc.communicate()
+        finally:
+            with self.lock:
+                self.live.discard(proc)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+    def stop(self, signum: int) -> None:
+        """Pass the stop on to every running child (each stops at a safe point)."""
+        with self.lock:
+            self.signum = signum
+            for proc in self.live:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signum)
+
+
+_CHILDREN = _Stopping()
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "evolve.cli", *args]
 
 
-def _run_argv(args: argparse.Namespace, seed: int, archive: str, ray_address: str) -> list[str]:
-    """The ``evolve run`` command line of one seed."""
+def _run_argv(args: argparse.Namespace, seed: int, archive: str, ray_address: str,
+              resume: bool = False) -> list[str]:
+    """The ``evolve run`` command line of one seed (``resume``: continuing its latest run,
+    whose stored configuration stands for ``--config``; the rest must repeat it)."""
     cmd = ["run", "--seed", str(seed), "--archive", archive, "--no-progress",
            "--executor", args.executor]
-    cmd += ["--config", args.config] if args.config else []
+    cmd += ["--resume"] if resume else ["--config", args.config] if args.config else []
     cmd += ["--generations", str(args.generations)] if args.generations is not None else []
     cmd += ["--data", args.data] if args.data else []
     cmd += ["--head-seconds", str(args.head_seconds)] if args.head_seconds else []
@@ -127,13 +173,22 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
         return dict(json.loads(res_path.read_text()), reused=True)
     print(f"seed {seed}: started (progress in {log_path})", flush=True)
     archive = args.archive or str(out / f"seed-{seed}.db")
-    if not args.archive:
-        Path(archive).unlink(missing_ok=True)  # an unfinished earlier attempt of this seed
     cmd = _run_argv(args, seed, archive, ray_address)
     t0 = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        done = subprocess.run(_cli(*cmd), stdout=subprocess.PIPE, stderr=log, text=True,
-                              check=False)
+    with open(log_path, "a", encoding="utf-8") as log:
+        done = None
+        if not args.archive and Path(archive).exists():  # an earlier attempt: continue it
+            log.write(f"--- seed {seed}: resuming {archive}\n")
+            log.flush()
+            done = _CHILDREN.run(_cli(*_run_argv(args, seed, archive, ray_address, True)),
+                                 stdout=subprocess.PIPE, stderr=log, text=True)
+            if done.returncode == 2:  # nothing to resume (no run, or other settings)
+                log.write(f"--- seed {seed}: cannot resume (above); kept as {archive}.old, "
+                          "starting again\n")
+                os.replace(archive, f"{archive}.old")
+                done = None
+        if done is None:
+            done = _CHILDREN.run(_cli(*cmd), stdout=subprocess.PIPE, stderr=log, text=True)
         log.write(done.stdout)
     if done.returncode != 0:
         raise RuntimeError(f"seed {seed}: evolve run exited {done.returncode} (see {log_path})")
@@ -155,7 +210,7 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
 
 
 def _check(cmd: list[str]) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    done = _CHILDREN.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[3:5])}: {done.stderr.strip()[-500:]}")
     return done.stdout
@@ -189,6 +244,44 @@ def summary_table(results: dict[int, dict[str, Any]]) -> tuple[str, dict[str, An
     return "\n".join(lines), data
 
 
+def _run_seeds(args: argparse.Namespace, out: Path, ray_address: str, stamp: str,
+               parallel: int) -> tuple[dict[int, dict[str, Any]], list[str]]:
+    """Every seed, ``parallel`` at a time; a stop signal reaches the running seeds and
+    cancels the queued ones (see :class:`_Stopping`)."""
+    from evolve.search.stopping import StopRequested, stop_signals
+
+    global _CHILDREN
+    _CHILDREN = _Stopping()
+    results: dict[int, dict[str, Any]] = {}
+    failed: list[str] = []
+    pool = ThreadPoolExecutor(max_workers=parallel)
+    try:
+        with stop_signals():
+            futures = {seed: pool.submit(_run_seed, args, seed, out, ray_address, stamp)
+                       for seed in args.seeds}
+            try:
+                for seed, fut in futures.items():
+                    try:
+                        results[seed] = fut.result()
+                    except RuntimeError as exc:
+                        failed.append(str(exc))
+                        print(f"seed {seed}: FAILED: {exc}", flush=True)
+                        continue
+                    r = results[seed]
+                    print(f"seed {seed}: run {r.get('run', '?')}, picked "
+                          f"{r['program'][:12]} " + ("(earlier)" if r.get("reused")
+                                                     else f"({r['search_s']:.0f} s)"),
+                          flush=True)
+            except StopRequested as stop:
+                print(f"study: stopped by {stop.name}; stopping the running seeds",
+                      file=sys.stderr, flush=True)
+                _CHILDREN.stop(stop.signum)
+                pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results, failed
+
+
 def run(args: argparse.Namespace) -> int:
     if len(set(args.seeds)) != len(args.seeds):
         raise UserError("--seeds: each seed once")
@@ -209,22 +302,12 @@ def run(args: argparse.Namespace) -> int:
         where = f"local processes, {args.workers} per seed"
     print(f"study: seeds {' '.join(map(str, args.seeds))} ({parallel} in parallel), on "
           f"{where}; output in {out}", flush=True)
-    results: dict[int, dict[str, Any]] = {}
-    failed: list[str] = []
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = {seed: pool.submit(_run_seed, args, seed, out, ray_address, stamp)
-                   for seed in args.seeds}
-        for seed, fut in futures.items():
-            try:
-                results[seed] = fut.result()
-            except RuntimeError as exc:
-                failed.append(str(exc))
-                print(f"seed {seed}: FAILED: {exc}", flush=True)
-                continue
-            r = results[seed]
-            print(f"seed {seed}: run {r.get('run', '?')}, picked {r['program'][:12]} "
-                  + ("(earlier)" if r.get("reused") else f"({r['search_s']:.0f} s)"),
-                  flush=True)
+    results, failed = _run_seeds(args, out, ray_address, stamp, parallel)
+    if _CHILDREN.signum is not None:
+        name = signal.Signals(_CHILDREN.signum).name
+        print(f"evolve study: stopped by {name}; finished seeds are kept in {out} and the "
+              "others resume where they stopped: run the same command again", file=sys.stderr)
+        return 128 + _CHILDREN.signum
     if results:
         text, data = summary_table(results)
         print(f"\nmedian [min, max] APE (%) of the picks over seeds "

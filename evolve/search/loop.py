@@ -184,12 +184,13 @@ class Search:
                     break
             stopping.check()
         except (KeyboardInterrupt, StopRequested):
-            self.pool.reset()  # the workers stop computing before the archive is written
-            with critical():
-                self.archive.update_run(self.run_id, status="interrupted")
-                self.archive.unlock_run(self.run_id)
+            self._interrupted()
             raise
-        except Exception:
+        except Exception as exc:
+            wrapped = stopping.chained_stop(exc)  # a stop that compiled code wrapped
+            if wrapped is not None:
+                self._interrupted()
+                raise wrapped from exc
             self.archive.update_run(self.run_id, status="failed")
             self.archive.unlock_run(self.run_id)
             raise
@@ -206,6 +207,14 @@ class Search:
                           best.loss if best else float("inf"),
                           pick.program_id if pick else None, time.monotonic() - self.t0,
                           self.fallback_generation, st.n_fitted - fitted0)
+
+    def _interrupted(self) -> None:
+        """Mark the run interrupted and release it, the workers stopped first (they must
+        not compute on while the archive is written)."""
+        self.pool.reset()
+        with critical():
+            self.archive.update_run(self.run_id, status="interrupted")
+            self.archive.unlock_run(self.run_id)
 
     def _budget_exhausted(self) -> str:
         cfg, st = self.cfg, self.books.state

@@ -70,6 +70,25 @@ def check() -> None:
         raise StopRequested(_requested)
 
 
+def chained_stop(exc: BaseException) -> BaseException | None:
+    """The stop behind ``exc``, or None: a :class:`StopRequested` or ``KeyboardInterrupt``
+    anywhere in its cause/context chain, or a stop requested while it was raised. Why:
+    numba's dispatcher reports an exception raised inside compiled code (our handler's,
+    during a closed-loop fit) as ``SystemError: ... returned a result with an exception
+    set``, the stop only chained; the run was then marked failed with "internal error"
+    instead of interrupted with its resume line (found in review)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, StopRequested | KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    if _requested is not None and threading.current_thread() is threading.main_thread():
+        return StopRequested(_requested)
+    return None
+
+
 def _handler(signum: int, _frame: FrameType | None) -> None:
     global _pending
     if _stopped_at is not None:

@@ -156,3 +156,13 @@ def test_resuming_a_run_past_its_generations_says_there_is_nothing_to_do(finishe
     assert "generation 1 is done, the configuration asks for 1; nothing to compute" in err
     total = re.findall(r"0 children fitted in \d+ s \((\d+) in the run\)", out)
     assert total and int(total[0]) > 0, out
+
+
+def test_a_target_below_the_done_generations_leaves_the_run_as_it_was(finished):
+    """Found in review: the lower target was stored, and `evolve runs` said "finished 1/0"."""
+    before = digest(finished)
+    proc = evolve("run", "--resume", "1", "--generations", "0", "--archive", str(finished))
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "nothing to compute" in err
+    assert digest(finished) == before

@@ -72,3 +72,47 @@ def test_bad_settings_are_one_line_before_any_seed_runs(tmp_path, capsys, extra,
     err = capsys.readouterr().err.strip()
     assert err.startswith("evolve study: error: ") and needle in err and "\n" not in err, err
     assert not list(out.glob("seed-*"))
+
+
+def test_a_stopped_study_stops_its_seeds_and_the_same_command_resumes(tmp_path):
+    """Found in review: SIGTERM left the seed's `evolve run` running, re-parented to init;
+    Ctrl-C ran every queued seed first; running the study again deleted the interrupted
+    seed's archive and started it from generation 0."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from scale_helpers import run_tiny
+
+    cfg = tiny_toml(tmp_path / "tiny.toml")
+    out = tmp_path / "study"
+    argv = [sys.executable, "-m", "evolve.cli", "study", "--seeds", "11", "12", "--config",
+            str(cfg), "--out", str(out), "--parallel", "1", "--workers", "1",
+            "--generations", "8"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db, deadline = out / "seed-11.db", time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
+                done = con.execute("SELECT max(generations_done) FROM runs").fetchone()[0]
+        except sqlite3.OperationalError:
+            done = None
+        if done is not None and done >= 1:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)  # to the study alone, not its process group
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 143, err
+    assert "run the same command again" in err
+    with sqlite3.connect(db) as con:  # the seed's own run heard the stop and said so
+        assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+    assert not (out / "seed-12.log").exists()  # the queued seed never started
+
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming" in (out / "seed-11.log").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    _s, ref = run_tiny(tmp_path / "ref.db", 11, generations=8)
+    assert summary["picks"]["11"] == picked(ref)  # as if never stopped

@@ -117,3 +117,50 @@ def test_a_stop_whose_exception_was_dropped_is_raised_again():
         assert stop.value.exit_code == 143
     with stopping.stop_signals():
         stopping.check()  # a new run starts clean
+
+
+def _wrapped_stop(signum: int) -> SystemError:
+    """What numba's dispatcher raises when a stop lands inside compiled code's callback."""
+    try:
+        try:
+            raise StopRequested(signum)
+        except StopRequested as stop:
+            raise SystemError("CPUDispatcher(<function _run>) returned a result with an "
+                              "exception set") from stop
+    except SystemError as exc:
+        return exc
+
+
+def test_a_stop_wrapped_by_compiled_code_is_found():
+    from evolve.cli import _interrupted
+    from evolve.search.stopping import chained_stop
+
+    exc = _wrapped_stop(signal.SIGTERM)
+    assert isinstance(chained_stop(exc), StopRequested) and _interrupted(exc) == 143
+    assert chained_stop(ValueError("a real failure")) is None
+    assert _interrupted(ValueError("a real failure")) is None
+
+
+@pytest.mark.real_data
+def test_a_wrapped_stop_marks_the_run_interrupted_not_failed(tmp_path, monkeypatch):
+    """Found in review: SIGTERM during the seeds' closed-loop refit exited 1 with "internal
+    error" and the run was marked failed; it is interrupted, with the signal's exit code."""
+    from evolve.archive import Archive
+    from evolve.config import Config, apply_dict, validate
+    from evolve.search import loop
+
+    def stopped(*_a, **_k):
+        raise _wrapped_stop(signal.SIGTERM)
+
+    monkeypatch.setattr(loop, "generation_zero", stopped)
+    cfg = Config()
+    apply_dict(cfg, {"run": {"seed": 7, "generations": 1, "head_seconds": 20.0,
+                             "scenarios": ["20260217-155451-llama-2-7b-tp1-codegen"],
+                             "workers": 1, "progress": False}}, "test")
+    cfg.run.archive = str(tmp_path / "a.db")
+    cfg = validate(cfg, "test")
+    with Archive(cfg.run.archive) as archive:
+        with pytest.raises(StopRequested) as info:
+            loop.Search(cfg, archive, log=lambda _m: None).run()
+        assert info.value.exit_code == 143
+        assert [r.status for r in archive.runs()] == ["interrupted"]
