@@ -137,9 +137,10 @@ def check_constants(node: ast.Assign) -> dict[str, ConstSpec]:
         if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
             raise fail("constant names must be string literals", "constants", key)
         name = key.value
-        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
-            raise fail(f"constant name {name!r} must be an identifier not starting with _",
-                       "constants", key)
+        if (not name.isidentifier() or not name.isascii() or keyword.iskeyword(name)
+                or name.startswith("_")):
+            raise fail(f"constant name {name!r} must be an ASCII identifier not starting "
+                       "with _", "constants", key)
         if name in out:
             raise fail(f"constant {name!r} declared twice", "constants", key)
         if not isinstance(val, (ast.Tuple, ast.List)) or len(val.elts) != 3:
@@ -222,6 +223,8 @@ class _FunctionChecker:
         if name.startswith("_") or name in _RESERVED:
             raise fail(f"local name {name!r} is reserved (or starts with _)", "name",
                        stmt.targets[0])
+        if not name.isascii():  # the Go export (and BLIS) take ASCII identifiers only
+            raise fail(f"local name {name!r} must be ASCII", "name", stmt.targets[0])
         self.locals.add(name)
 
     def expr(self, node: ast.expr, where_cond: bool = False) -> None:

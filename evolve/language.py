@@ -23,6 +23,7 @@ formattings of one program share one id, the sha256 of the normalised source. Co
 from __future__ import annotations
 
 import ast
+import codecs
 import copy
 import hashlib
 import inspect
@@ -46,6 +47,8 @@ from evolve.lang_check import (
     ProgramError,
     check_tree,
 )
+
+codecs.lookup("utf-8-sig")  # its codec module is imported now, never while a program is checked
 
 __all__ = [
     "CALL_ARITY", "MAX_COMPLEXITY", "MAX_CONSTANTS", "MAX_WHERE", "POW_RANGE",
@@ -116,6 +119,13 @@ class Program:
     def queue_tree(self) -> ast.FunctionDef | None:
         """The normalised ``def queueing_time(r, c)`` node, or None."""
         return self._def("queueing_time")
+
+    @property
+    def features_read(self) -> frozenset[str]:
+        """The ``f.<name>`` features ``step_time`` reads."""
+        return frozenset(n.attr for n in ast.walk(self.step_tree)
+                         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                         and n.value.id == "f")
 
     def _index(self, name: str) -> int | None:
         names = self.const_names
@@ -188,7 +198,7 @@ def parse_program(text: str | bytes) -> Program:
     """
     if isinstance(text, bytes):
         try:
-            text = text.decode("utf-8")
+            text = text.decode("utf-8-sig")  # a BOM, as editors on Windows save, is no code
         except UnicodeDecodeError as exc:
             raise ProgramError(f"source is not valid UTF-8 ({exc.reason} at byte "
                                f"{exc.start})", "encoding") from None

@@ -114,18 +114,124 @@ def output_dir(path: str | Path, flag: str) -> Path:
 
 def infer_scope(groups: dict[str, Any], scenarios: Any) -> str:
     """The constant scope a set of fitted groups implies (global / per_model / pooled /
-    per_scenario). Pooled groups are the models' sets plus a ``global`` one (what a model
-    without measurements gets); reading them as per-scenario would hand every run the
-    global set."""
+    per_scenario), read from the groups that name something in the data.
+
+    Pooled groups are the models' sets plus a ``global`` one (what a model without
+    measurements gets); reading them as per-scenario would hand every run the global set.
+    A set fitted on other data (an archive made on the bundled runs, validated on a user's
+    own) names models this data lacks: those groups are ignored, not a reason to fall back.
+    """
     keys = set(groups)
     models = {s.model for s in scenarios}
+    runs = {s.name for s in scenarios}
     if keys == {"global"}:
         return "global"
-    if keys <= models:
-        return "per_model"
-    if "global" in keys and keys - {"global"} <= models:
+    if "global" in keys:
         return "pooled"
-    return "per_scenario"
+    if keys & runs and not keys & models:
+        return "per_scenario"
+    return "per_model"
+
+
+def unmatched_runs(groups: dict[str, Any], scenarios: Any, scope: str) -> list[str]:
+    """Runs that get no fitted set of their own nor a ``global`` one under ``scope``: they
+    are simulated at the program's declared values, which the caller must say."""
+    from evolve.fitting import group_key
+
+    if "global" in groups:
+        return []
+    return sorted(s.name for s in scenarios if group_key(s, scope) not in groups)
+
+
+def read_constants(spec: str, program: Program, flag: str = "--constants",
+                   inline: bool = False) -> dict[str, dict[str, float]]:
+    """Constant groups from a JSON file (or, with ``inline``, JSON text given on the
+    command line, which starts with ``{``): ``{group: {name:
+    number}}``, or ``{name: number}`` for one global set. Every group must give every
+    constant of ``program`` a finite number; anything else is one line naming the file,
+    the group and the constant, never a traceback deep in a simulation."""
+    import math
+
+    is_text = inline and spec.lstrip().startswith("{")
+    where = flag if is_text else f"{flag} {spec}"
+    try:
+        raw = json.loads(spec if is_text else Path(spec).read_text(encoding="utf-8-sig"))
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{where}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where}: not JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested too deeply") from None
+    if not isinstance(raw, dict) or not raw:
+        raise UserError(f"{where}: expected a JSON object {{group: {{name: number}}}} "
+                        "or {name: number}")
+    if "global" not in raw and all(not isinstance(v, dict) for v in raw.values()):
+        raw = {"global": raw}
+    names = program.const_names
+    out: dict[str, dict[str, float]] = {}
+    for group, vals in raw.items():
+        if not isinstance(vals, dict):
+            raise UserError(f"{where}: group {group!r} is not an object {{name: number}}")
+        unknown = sorted(set(vals) - set(names))
+        if unknown:
+            raise UserError(f"{where}: group {group!r}: {unknown[0]!r} is not a constant of "
+                            f"the program ({', '.join(names)})")
+        out[group] = {}
+        for name in names:
+            if name not in vals:
+                raise UserError(f"{where}: group {group!r} lacks constant {name!r}")
+            v = vals[name]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise UserError(f"{where}: group {group!r}: {name} = {v!r} is not a finite "
+                                "number")
+            out[group][name] = float(v)
+    return out
+
+
+def scope_of(args: argparse.Namespace, groups: dict[str, Any], scenarios: Any,
+             default: str) -> str:
+    """The scope a command simulates ``groups`` in (``--scope``, else inferred, else
+    ``default``), after refusing a constants file that names nothing in the data and
+    saying which runs get no fitted constants."""
+    import sys
+
+    if getattr(args, "constants", None):
+        check_groups(groups, scenarios, f"--constants {args.constants}")
+    scope = args.scope or (infer_scope(groups, scenarios) if groups else default)
+    left = unmatched_runs(groups, scenarios, scope) if groups else []
+    if left:
+        print(f"note: no fitted constants for {', '.join(left)} (scope {scope}; groups "
+              f"{', '.join(sorted(groups))}): simulated at the program's declared values",
+              file=sys.stderr)
+    return scope
+
+
+def note_roofline_kernels(program: Program, scenarios: Any) -> None:
+    """Say so when ``program`` reads measured-kernel features (``k_*``) on runs whose data
+    directory has no kernel tables: those features are then the roofline fallback
+    (docs/kernels.md), so the scores differ from the same runs with the tables."""
+    import sys
+
+    if not any(n.startswith("k_") for n in program.features_read):
+        return
+    bare = sorted({s.model for s in scenarios
+                   if not (len(s.kernels) and float(s.kernels[0]) > 0)})
+    if bare:
+        print(f"note: the program reads measured-kernel features (k_*) and the data has no "
+              f"kernel tables for {', '.join(bare)}: they are the roofline fallback there "
+              "(put kernels/bench_data in the data directory: docs/kernels.md)",
+              file=sys.stderr)
+
+
+def check_groups(groups: dict[str, Any], scenarios: Any, where: str) -> None:
+    """A constants file whose groups name nothing in the data (a typo such as ``Global``)
+    would leave every run at the declared values: one line naming the groups instead."""
+    known = {"global"} | {s.model for s in scenarios} | {s.name for s in scenarios}
+    if groups and not set(groups) & known:
+        raise UserError(f"{where}: no group names a model or run of the data directory "
+                        f"or is 'global' (groups: {', '.join(sorted(groups))})")
 
 
 def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]:
@@ -141,16 +247,14 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
             raise UserError(f"{path}: cannot read ({exc.strerror})") from None
         except ProgramError as exc:
             raise UserError(f"{path}: {exc}") from None
-        groups = {}
-        if args.constants:
-            try:
-                groups = json.loads(Path(args.constants).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise UserError(f"{args.constants}: not a readable JSON file ({exc})") from None
+        groups = read_constants(args.constants, program) if args.constants else {}
         return program, groups, path.stem
     from evolve.archive.engines import exists
     from evolve.archive.store import Archive
 
+    if getattr(args, "constants", None):
+        raise UserError(f"--constants: applies to a program file; {args.program} is read "
+                        "from the archive with its own fitted constants")
     check_id_spec(args.program, args.archive)
     if not exists(args.archive):
         raise UserError(f"{args.archive}: archive not found "

@@ -143,6 +143,9 @@ BAD: list[tuple[str, str | bytes, str]] = [
     ("assign_attr", prog("c.a = 1.0\nreturn c.a"), "name"),
     ("tuple_unpack", prog("x, y = 1.0, 2.0\nreturn c.a"), "name"),
     ("chain_assign", prog("x = y = 1.0\nreturn c.a"), "name"),
+    ("non_ascii_local", prog("x\u0301 = c.a\nreturn x\u0301"), "name"),  # Go refuses it
+    ("non_ascii_constant", prog("return c.a\u00b7b", 'CONSTANTS = {"a\u00b7b": (1.0, 0.0, 2.0)}\n'),
+     "constants"),
     ("subscript_assign", prog("f[0] = 1.0\nreturn c.a"), "subscript"),
     ("aug_assign", prog("x = c.a\nx += 1.0\nreturn x"), "statement"),
     ("ann_assign", prog("x: float = c.a\nreturn x"), "statement"),
@@ -248,6 +251,7 @@ def test_bytes_input_and_idempotent_normalisation():
     again = parse_program(p.source)
     assert again.id == p.id and again.source == p.source
     assert again == p and hash(again) == hash(p)
+    assert parse_program(b"\xef\xbb\xbf" + GOOD.encode("utf-8")).id == p.id  # a BOM is no code
 
 
 VARIANTS = [

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import dataclass
 
 import pytest
 
@@ -38,3 +40,75 @@ def test_a_full_disk_is_one_line_naming_the_flag(tmp_path):
         write_file("/dev/full", "{}" * 10_000, "--save-constants")
     write_file(tmp_path / "c.json", "{}", "--save-constants")
     assert (tmp_path / "c.json").read_text() == "{}"
+
+
+# --constants files (found in review: a typo'd group validated the declared values, exit 0;
+# malformed files were internal errors)
+LINEAR = {"b0_us": 20000.0, "prefill_us": 1.0, "decode_us": 1.0}
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("[1, 2]", "expected a JSON object"),
+    ('{"global": 5}', "group 'global' is not an object"),
+    ('{"global": {"b0_us": "x", "prefill_us": 1, "decode_us": 1}}',
+     "b0_us = 'x' is not a finite number"),
+    ('{"global": {"b0_us": 1, "prefill_us": 1}}', "lacks constant 'decode_us'"),
+    ('{"global": {"b0_us": 1, "prefill_us": 1, "decode_us": 1, "zz": 2}}',
+     "'zz' is not a constant of the program"),
+    ('{"b0_us": NaN, "prefill_us": 1, "decode_us": 1}', "b0_us = nan is not a finite number"),
+    ("[" * 100_000, "nested too deeply"),
+    ("{", "not JSON"),
+])
+def test_a_bad_constants_file_is_one_line_naming_it(tmp_path, text, needle):
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    args = _args("linear", tmp_path)
+    args.constants = str(path)
+    with pytest.raises(UserError) as info:
+        load_target(args)
+    assert str(info.value).startswith(f"--constants {path}: ") and needle in str(info.value)
+
+
+def test_constants_files_flat_nested_with_a_bom_and_not_utf8(tmp_path):
+    from evolve.language import parse_program
+    from evolve.targets import read_constants
+
+    program = parse_program((SEEDS_DIR / "linear.py").read_bytes())
+    flat = tmp_path / "flat.json"
+    flat.write_bytes(b"\xef\xbb\xbf" + json.dumps(LINEAR).encode())
+    assert read_constants(str(flat), program) == {"global": LINEAR}
+    assert read_constants(json.dumps({"m": LINEAR}), program, inline=True) == {"m": LINEAR}
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"global": \xff}')
+    with pytest.raises(UserError, match="not UTF-8 text"):
+        read_constants(str(bad), program)
+
+
+@dataclass
+class _Sc:
+    name: str
+    model: str
+
+
+RUNS = [_Sc("a-codegen", "m1"), _Sc("a-general", "m1")]
+
+
+def test_scope_is_read_from_the_groups_that_name_something_in_the_data():
+    from evolve.targets import check_groups, infer_scope, unmatched_runs
+
+    # an archive fitted on four models, validated on data holding one of them
+    pooled = {"global": {}, "m1": {}, "m2": {}, "m3": {}}
+    assert infer_scope(pooled, RUNS) == "pooled" and unmatched_runs(pooled, RUNS, "pooled") == []
+    assert infer_scope({"m1": {}, "m2": {}}, RUNS) == "per_model"
+    assert infer_scope({"a-codegen": {}}, RUNS) == "per_scenario"
+    assert unmatched_runs({"a-codegen": {}}, RUNS, "per_scenario") == ["a-general"]
+    with pytest.raises(UserError, match=r"no group names a model or run .* Global"):
+        check_groups({"Global": {}}, RUNS, "--constants c.json")
+    check_groups({"m2": {}, "m1": {}}, RUNS, "--constants c.json")  # one match is enough
+
+
+def test_constants_for_an_archived_program_are_refused(tmp_path):
+    args = _args("4e26069dc792", tmp_path)
+    args.constants = "c.json"
+    with pytest.raises(UserError, match="--constants: applies to a program file"):
+        load_target(args)

@@ -10,7 +10,6 @@ are read from the data directory's ``requests.json`` files when it is available.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from dataclasses import replace
@@ -89,34 +88,17 @@ def group_infos(scope: str, groups: list[str], names: dict[str, dict[str, Any]])
     return out
 
 
-def _load_constants(text: str) -> dict[str, dict[str, float]]:
-    from evolve.errors import UserError
-
-    path = Path(text)
-    try:
-        raw = json.loads(path.read_text() if text.endswith(".json") and path.exists() else text)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"--constants: not a JSON object or .json file ({exc})") from None
-    if not isinstance(raw, dict):
-        raise UserError("--constants: expected a JSON object")
-    if raw and all(isinstance(v, (int, float)) for v in raw.values()):
-        raw = {"global": raw}
-    try:
-        return {str(g): {str(k): float(v) for k, v in vals.items()} for g, vals in raw.items()}
-    except (AttributeError, TypeError, ValueError):
-        raise UserError("--constants: expected {group: {name: number}}") from None
-
-
 def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
     from evolve.errors import ProgramError, UserError
     from evolve.language import parse_program
+    from evolve.targets import read_constants
 
     try:
         prog = parse_program(Path(args.id).read_bytes())
     except ProgramError as exc:
         raise UserError(f"{args.id}: {exc}") from None
     if args.constants:
-        consts = _load_constants(args.constants)
+        consts = read_constants(args.constants, prog, inline=True)
         meta: dict[str, Any] = {"Constants": "from --constants"}
     else:
         consts = {"global": {s.name: s.init for s in prog.constants}}
@@ -251,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         text = export_go(prog, consts, scope, infos, meta, kernels)
     except ExportError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(f"{args.id}: {exc}") from None
     if args.output:
         write_file(args.output, text, "-o")
         print(f"wrote {args.output} ({prog.id[:12]}, {scope}: {', '.join(sorted(consts))})",

@@ -26,7 +26,14 @@ from typing import Any
 
 from evolve.codegen import step_model
 from evolve.errors import UserError
-from evolve.targets import SEEDS_DIR, available_seeds, output_file, program_file, write_file
+from evolve.targets import (
+    SEEDS_DIR,
+    available_seeds,
+    note_roofline_kernels,
+    output_file,
+    program_file,
+    write_file,
+)
 
 HELP = "fit a program's constants and print its per-run table"
 SPLIT_ORDER = ("train", "validate", "test")
@@ -141,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     if args.head_seconds is not None:
         scenarios = [s.head(args.head_seconds) for s in scenarios]
     ev = Evaluator(scenarios)
+    note_roofline_kernels(program, scenarios)
     train = ev.names("train")
     if not train:
         raise UserError("no run has split 'train' in the data directory")

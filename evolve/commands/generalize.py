@@ -24,7 +24,7 @@ from evolve.config import FitSection
 from evolve.errors import UserError
 from evolve.heldout import normal_within
 from evolve.reporting import table
-from evolve.targets import infer_scope, load_target
+from evolve.targets import check_groups, infer_scope, load_target, note_roofline_kernels
 
 if TYPE_CHECKING:
     from evaluator.api import Evaluator
@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=["lomo", "lowo"], required=True)
     parser.add_argument("--archive", default="archive.db", help="archive path")
     parser.add_argument("--run", type=int, help="archive run whose constants to start from")
-    parser.add_argument("--constants", help="JSON {group: {name: value}} for a program file")
+    parser.add_argument("--constants", help="JSON file {group: {name: value}}, or {name: value} "
+                        "for one global set, for a program file")
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
     parser.add_argument("--seed", type=int, default=7, help="fitting seed")
     parser.add_argument("--max-evals", type=int, default=3000,
@@ -77,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
 
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)
+    note_roofline_kernels(program, ev.scenarios)
+    if args.constants:
+        check_groups(groups, ev.scenarios, f"--constants {args.constants}")
     pooled = infer_scope(groups, ev.scenarios) == "pooled" if groups else False
     scope = args.scope or ("pooled" if pooled else "global" if args.mode == "lomo"
                            else "per_model")

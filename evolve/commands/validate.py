@@ -19,7 +19,7 @@ from pathlib import Path
 
 from evolve.codegen import step_model
 from evolve.reporting import table
-from evolve.targets import infer_scope, load_target, output_dir
+from evolve.targets import load_target, note_roofline_kernels, output_dir, scope_of
 
 HELP = "closed-loop validation of a program against every measured run"
 
@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="all", choices=["all", "train", "validate", "test"],
                         help="which runs to simulate")
     parser.add_argument("--out", help="directory for the plots (default: runs/validate)")
-    parser.add_argument("--constants", help="JSON file {group: {name: value}} for a program file")
+    parser.add_argument("--constants", help="JSON file {group: {name: value}}, or {name: value} "
+                        "for one global set, for a program file")
     parser.add_argument("--scope", choices=["global", "per_model", "pooled", "per_scenario"],
                         help="constant scope (default: inferred from the constant groups)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -63,10 +64,11 @@ def run(args: argparse.Namespace) -> int:
         output_dir(args.out, "--out")
     program, groups, label = load_target(args)
     ev = Evaluator.from_data(args.data)
+    note_roofline_kernels(program, ev.scenarios)
     names = ev.names(None if args.split == "all" else args.split)
     if not names:  # validate() reads no names as "every run"
         raise UserError(f"--split {args.split}: no {args.split} runs in the data directory")
-    scope = args.scope or (infer_scope(groups, ev.scenarios) if groups else "global")
+    scope = scope_of(args, groups, ev.scenarios, "global")
     consts = const_map(program, groups, ev.scenarios, scope)
     print(f"validating {label} (scope {scope}) closed loop on {len(names)} runs...",
           file=sys.stderr)

@@ -15,6 +15,7 @@ the numpy program's to 1e-9 relative.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 from evaluator.api import FEATURE_NAMES, FEATURES
 from evolve.errors import ExportError
 from evolve.export.go_body import field_names, function_body
-from evolve.export.go_expr import go_float
+from evolve.export.go_expr import NEG_ZERO, go_float
 from evolve.export.go_kernels import KERNEL_FUNCS, kernels_lookup
 from evolve.export.go_templates import ARCH_GO, FEATURE_GO, METHODS, MODEL_DECL
 
@@ -139,6 +140,8 @@ def _consts_literal(prefix: str, fields: dict[str, str], values: Mapping[str, fl
 
 
 def _go_number(v: float) -> str:
+    if v == 0.0 and math.copysign(1.0, v) < 0:
+        return NEG_ZERO
     return ("-" if v < 0 else "") + go_float(v)
 
 

@@ -190,7 +190,12 @@ def _literal(node: ast.expr) -> float | None:
     return None
 
 
+NEG_ZERO = "math.Copysign(0, -1)"  # Go folds the constant -0.0 to +0; 1/-0 must stay -Inf
+
+
 def _number(v: float) -> GoExpr:
+    if v == 0.0 and math.copysign(1.0, v) < 0:
+        return Atom(NEG_ZERO)
     lit = Atom(go_float(v))
     return Unary("-", lit) if math.copysign(1.0, v) < 0 else lit
 

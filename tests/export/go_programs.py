@@ -47,6 +47,13 @@ def step_time(f, c):
     b = where(f.is_moe <= 0.5, f.kv_max ** 0.5, f.kv_max ** -1.5 * 1e6)
     return 1000.0 + a * (b - (f.kv_sum - f.kv_max)) / (1.0 + f.batch_size) + f.kv_sum ** 3.0 / 1e9
 ''',
+    "negative_zero": '''"""-0.0 survives: Go folds the constant -0.0 to +0 (1/z is then +Inf)."""
+CONSTANTS = {"z": (-0.0, -1.0, 1.0)}
+
+def step_time(f, c):
+    z = f.n_prefill * -0.0
+    return 100.0 + f.decode_tokens + exp(minimum(1.0 / z, 1.0)) + exp(minimum(1.0 / c.z, 2.0))
+''',
     "go_names": '''"""Locals that are Go keywords, builtins, packages or temporaries."""
 CONSTANTS = {}
 

@@ -149,6 +149,39 @@ def test_cli_standalone(tmp_path):
     assert rc == 2
 
 
+@pytest.mark.parametrize(("consts", "needle"), [
+    ('{"k": NaN}', "k = nan is not a finite number"),  # names the constant
+    (b'{"k": \xff}', "not UTF-8 text"),                # a file, not JSON text
+    ("[" * 100_000, "nested too deeply"),
+])
+def test_cli_bad_constants_are_one_line(tmp_path, capsys, consts, needle):
+    from evolve.cli import main
+
+    prog_file = tmp_path / "prog.py"
+    prog_file.write_text(OWN_PROGRAMS["constant_only"].replace('"step"', '"k"')
+                         .replace("c.step", "c.k"))
+    arg = consts
+    if isinstance(consts, bytes) or consts.startswith("["):
+        (tmp_path / "c.json").write_bytes(consts if isinstance(consts, bytes) else
+                                          consts.encode())
+        arg = str(tmp_path / "c.json")
+    assert main(["export-go", str(prog_file), "--constants", arg]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("evolve export-go: error: --constants") and needle in err, err
+    assert "\n" not in err
+
+
+def test_cli_division_by_zero_names_the_file(tmp_path, capsys):
+    from evolve.cli import main
+
+    prog_file = tmp_path / "zero.py"
+    prog_file.write_text(OWN_PROGRAMS["constant_only"].replace("return c.step",
+                                                               "return c.step / 0"))
+    assert main(["export-go", str(prog_file)]) == 2
+    err = capsys.readouterr().err
+    assert f"{prog_file}: division by zero" in err, err
+
+
 def test_cli_per_scenario_needs_one_group(tmp_path, capsys):
     from evolve.cli import main
 
