@@ -259,6 +259,9 @@ def write_experiment(root: str | os.PathLike[str], spec: ExperimentSpec,
         raise DataError(f"experiment name {name!r}: must be a plain directory name")
     exps = root / "experiments"
     final = exps / name
+    for p in (root, exps):  # a file in the way is the user's, and one line
+        if p.exists() and not p.is_dir():
+            raise DataError(f"{p}: exists and is not a directory")
     if final.exists() and not replace_existing:
         raise DataError(f"{final}: an experiment of that name exists (pick another --name, "
                         "or pass --replace)")

@@ -184,13 +184,15 @@ def safe_name(text: str) -> str:
     return name or "run"
 
 
-def _fill(vals: np.ndarray, mask_ok: np.ndarray, what: str, notes: list[str]) -> np.ndarray:
+def _fill(vals: np.ndarray, mask_ok: np.ndarray, what: str, notes: list[str],
+          where: str = "the requests", field: str = "") -> np.ndarray:
     zero = vals <= 0
     if not zero.any():
         return vals
     good = vals[mask_ok & ~zero]
     if good.size == 0:
-        raise DataError(f"every request has 0 {what}: nothing to fill them from")
+        raise DataError(f"{where}, field '{field}': no completed request has {what} above 0, "
+                        "so there is none to give the others")
     fill = int(np.median(good))
     notes.append(f"{int(zero.sum())} request(s) without {what} got the median of the "
                  f"completed ones, {fill}")
@@ -216,13 +218,19 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
     arrival = arrival - arrival[0]
     status = [status[i] for i in order]
     ok = np.array([s == "ok" for s in status])
-    inp = _fill(np.asarray(input_tokens, dtype=np.int64)[order], ok, "an input length", notes)
+    src = str(source.get("data") or source.get("per_request") or "the requests")
+    timed = ok & np.isfinite(np.asarray(ttft_s, dtype=np.float64)[order])
+    if not timed.any():  # nothing to score a model against; `evolve run` failed on it
+        raise DataError(f"{src}: no request completed with a measured time to first token "
+                        f"({int((~ok).sum())} of {len(ok)} failed, {int((ok & ~timed).sum())} "
+                        "completed without token times): nothing to score a model against")
+    inp = _fill(np.asarray(input_tokens, dtype=np.int64)[order], ok, "an input length", notes,
+                src, "input_tokens")
     out = np.asarray(output_tokens, dtype=np.int64)[order]
     out = np.where(ok & (out <= 0), 1, out)
-    out = _fill(out, ok, "an output length", notes)
+    out = _fill(out, ok, "an output length", notes, src, "output_tokens")
     if np.any(out >= server.max_model_len):
         i = int(np.flatnonzero(out >= server.max_model_len)[0])
-        src = source.get("data") or source.get("per_request") or "the requests"
         raise DataError(f"{src}: row {int(order[i]) + 1}, field 'output_tokens': {out[i]} "
                         f"output tokens do not fit max_model_len {server.max_model_len}")
     clamped = inp > server.max_model_len - out

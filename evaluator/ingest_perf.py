@@ -79,7 +79,10 @@ def _num(obj: Any, where: str, field: str, default: Any = None) -> float:
     val = obj.get(field, default) if isinstance(obj, dict) else default
     if isinstance(val, bool) or not isinstance(val, (int, float)) or not (
             -1e300 < val < 1e300):  # also NaN, inf and integers no float can hold
-        raise DataError(f"{where}, field '{field}': missing or not a finite number")
+        if not isinstance(obj, dict) or field not in obj:
+            raise DataError(f"{where}, field '{field}': missing")
+        raise DataError(f"{where}, field '{field}': {val!r} is not a finite number "
+                        "(|value| < 1e300)")
     if val < 0:
         raise DataError(f"{where}, field '{field}': negative value {val}")
     return float(val)

@@ -144,3 +144,26 @@ def test_validate_writes_the_three_plots(tmp_path, data_path, capsys):
     assert whose["label"] == "layered" and len(whose["program"]) == 64
     assert len(whose["constants"]) == 16  # the declared ones here: a digest of {}
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_plots_at_a_forced_scope_are_not_the_runs_own(tmp_path, data_path, capsys):
+    """Found in review: `--scope global` on pooled constants simulated other constants per
+    run, yet plots.json carried the run's digest and the report showed them unwarned."""
+    from evolve.language import parse_program
+    from evolve.report.validation import constants_digest
+    from evolve.targets import SEEDS_DIR
+
+    program = parse_program((SEEDS_DIR / "linear.py").read_bytes())
+    init = {s.name: s.init for s in program.constants}
+    groups = {"global": init, "mixtral-8x7b": {**init, "b0_us": 2 * init["b0_us"]}}
+    consts = tmp_path / "c.json"
+    consts.write_text(json.dumps(groups))
+    digests = {}
+    for scope in ([], ["--scope", "global"]):
+        out = tmp_path / f"val{len(scope)}"
+        assert main(["validate", str(SEEDS_DIR / "linear.py"), "--constants", str(consts),
+                     "--data", str(data_path), "--split", "validate", "--out", str(out),
+                     *scope]) == 0
+        digests[len(scope)] = json.loads((out / "plots.json").read_text())["constants"]
+    capsys.readouterr()
+    assert digests[0] == constants_digest(groups) != digests[2]

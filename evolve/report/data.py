@@ -97,6 +97,9 @@ class RunData:
     llm_calls: list[LLMCall]
     tokens: int = 0
     cost_usd: float = 0.0
+    # generation -> the validate loss of that generation's pick at the constants it had
+    # then (its latest accepted evaluation up to that generation), as the pick rule read it
+    pick_val_loss: dict[int, float] = field(default_factory=dict)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -144,7 +147,25 @@ def load_run(archive: Archive, run_id: int | None = None) -> RunData:
                                .order_by(LLMCall.generation, LLMCall.seq)))
     tokens, cost = archive.llm_usage(rid)
     return RunData(archive.path, run, programs, evals, dict(frontiers), dict(grids), calls,
-                   tokens, cost)
+                   tokens, cost, _pick_val_losses(archive, rid, frontiers))
+
+
+def _pick_val_losses(archive: Archive, rid: int,
+                     frontiers: dict[int, list[FrontierRow]]) -> dict[int, float]:
+    """Per generation, its pick's validate loss at that generation's constants (a later
+    polish or refit must not be shown as what the pick rule read: found in review)."""
+    picks = {g: next((f.program_id for f in rows if f.picked), None)
+             for g, rows in frontiers.items()}
+    history: dict[str, list[tuple[int, float]]] = {}
+    for one in {p for p in picks.values() if p}:
+        history[one] = [(e.generation, split_loss(e.metrics, "validate"))
+                        for e in archive.evaluations(rid, program_id=one)
+                        if e.status == "accepted"]
+    out: dict[int, float] = {}
+    for g, pid in picks.items():
+        upto = [loss for gen, loss in history.get(pid or "", []) if gen <= g]
+        out[g] = upto[-1] if upto else math.nan
+    return out
 
 
 def _program(p: ProgramRow) -> ProgramData:

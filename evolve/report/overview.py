@@ -28,7 +28,7 @@ class GenerationRow:
     best_loss: float  # lowest training loss on the frontier
     pick_id: str | None
     pick_loss: float
-    pick_val_loss: float  # the pick's validate loss (latest evaluation of that program)
+    pick_val_loss: float  # the pick's validate loss at that generation's constants
     frontier_size: int
     occupied: int  # grid cells holding an elite
     accepted: int  # evaluations accepted in this generation
@@ -113,7 +113,8 @@ def generation_rows(data: RunData) -> list[GenerationRow]:
         out.append(GenerationRow(
             g, min((f.loss for f in front), default=math.nan),
             pick.program_id if pick else None, pick.loss if pick else math.nan,
-            prog.val_loss if prog else math.nan, sum(on_frontier(front)),
+            data.pick_val_loss.get(g, prog.val_loss if prog else math.nan),
+            sum(on_frontier(front)),
             len(data.grids.get(g, [])),
             per_gen[(g, "accepted")], per_gen[(g, "rejected")]))
     return out

@@ -12,6 +12,7 @@ its bytes change, so ``--watch`` touches only what a generation changed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable
@@ -124,6 +125,7 @@ def build_site(data: RunData, out: Path, opts: Options | None = None) -> Written
     displaced = displacements(data)
     anchors = anchors_by_program(log)
     program_tpl = env.get_template("program.jinja")
+    written: set[Path] = set()
     for pid in data.programs:
         pp = build_program(data, pid, pick, champ, front, displaced, anchors.get(pid))
         name = charts.page_name(pid)
@@ -132,7 +134,20 @@ def build_site(data: RunData, out: Path, opts: Options | None = None) -> Written
             diffs=[(q, diff_html(d)) for q, d in pp.diffs], columns=RUN_COLUMNS)
         pages += 1
         changed += _write(out / name, html)
+        written.add(out / name)
+    if not has_llm:
+        _drop(out / "llm.html")
+    for stale in (out / "p").glob("*.html"):  # a reused --out: another run's programs
+        if stale not in written:
+            _drop(stale)
     return Written(pages, changed, data.last_generation)
+
+
+def _drop(path: Path) -> None:
+    """Remove a page this report does not have (from an earlier report into the same
+    directory: found in review, another archive's program pages stayed reachable)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 def write_report(archive: str | Path, out: str | Path, run_id: int | None = None,

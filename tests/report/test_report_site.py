@@ -129,3 +129,12 @@ def test_pages_name_the_pick(tiny_run, page):
     with Archive(tiny_run[0], create=False) as ar:
         pick = load_run(ar).pick_id()
     assert pick and pick[:12] in (tiny_run[1] / page).read_text()
+
+
+def test_a_reused_out_keeps_no_page_of_another_run(tiny_run, synthetic_archive, tmp_path):
+    """Found in review: another archive's program pages stayed in `p/`, reachable."""
+    out = tmp_path / "mix"
+    write_report(synthetic_archive, out)  # an LLM run, more programs
+    second = write_report(tiny_run[0], out)
+    assert second.pages == len(_pages(out))  # every file is a page of this report
+    assert "llm.html" not in _pages(out)
