@@ -118,10 +118,20 @@ def expected_error(exc: BaseException, archive: object = None) -> str | None:
         from sqlalchemy.exc import DataError as ValueRefused  # e.g. out of a column's range
 
         if isinstance(exc, OperationalError | ValueRefused) or type(exc) is DatabaseError:
-            where = f"{archive}: " if isinstance(archive, str) and "://" not in archive else ""
+            where = f"{_archive_label(archive)}: " if isinstance(archive, str) else ""
             return (f"{where}archive database error: "
                     f"{_first_line(getattr(exc, 'orig', None) or exc)}")
     return None
+
+
+def _archive_label(archive: str) -> str:
+    """The archive as the user may see it: a path, or a URL with its password hidden."""
+    from evolve.archive.engines import locate
+
+    try:
+        return locate(archive).label
+    except Exception:  # an address that does not parse: named without its text
+        return "the archive" if "://" in archive else archive
 
 
 def _interrupted(exc: BaseException) -> int | None:

@@ -233,6 +233,16 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
                   f"Resume with: {resume_command(cfg, int(str(run_id)), str(where))}",
                   file=sys.stderr)
         return stop.exit_code
+    except Exception as exc:  # the archive or the cluster went away, a bug: the journal
+        from evolve.errors import EvolveError  # holds what finished, so say how to go on
+
+        run_id = box.get("run_id")
+        if run_id is not None and box.get("searching") and not isinstance(exc, EvolveError):
+            print(f"evolve run: run {run_id} stopped on the error below; what finished is "
+                  "kept in the journal. Once it is fixed, resume with: "
+                  f"{resume_command(cfg, int(str(run_id)), str(box.get('where')))}",
+                  file=sys.stderr)
+        raise
     return _summary(cfg, s, str(box["where"]))
 
 
@@ -275,6 +285,7 @@ def _search(cfg: Config, resume: int | None, report: str | None, break_lock: boo
             search = Search(cfg, archive, on_run=lambda rid: box.update(run_id=rid), llm=llm)
         print(f"run {search.run_id}" + (" (resumed)" if resume is not None else "")
               + f" -> {archive.path}", flush=True)  # a URL without its password
+        box["searching"] = True  # from here on an error leaves journaled work to resume
         if report:  # evolve.report reads the archive in a thread; the search never sees it
             from evolve.report import LiveReport
 

@@ -12,8 +12,8 @@ Then each pick is validated closed loop on every measured run (``evolve validate
 
 Each seed writes ``OUT/seed-S.db`` (or one run in ``--archive``, e.g. a PostgreSQL URL
 that every seed writes to at once), ``OUT/seed-S.log`` and ``OUT/seed-S.json`` (its pick's
-validation); a seed whose JSON exists is not run again, and a seed whose archive holds an
-unfinished run is resumed (``evolve run --resume``), so an interrupted study resumes: Ctrl-C
+validation); a seed whose JSON exists is not run again, and a seed whose archive holds a
+run of it is resumed (``evolve run --resume RUN``), so an interrupted study resumes: Ctrl-C
 or SIGTERM stops the seeds' searches at a safe point (each prints how far it got), starts no
 new seed, and the same command continues.
 """
@@ -107,12 +107,13 @@ def _cli(*args: str) -> list[str]:
 
 
 def _run_argv(args: argparse.Namespace, seed: int, archive: str, ray_address: str,
-              resume: bool = False) -> list[str]:
-    """The ``evolve run`` command line of one seed (``resume``: continuing its latest run,
-    whose stored configuration stands for ``--config``; the rest must repeat it)."""
+              resume: int | None = None) -> list[str]:
+    """The ``evolve run`` command line of one seed (``resume``: continuing that run, whose
+    stored configuration stands for ``--config``; the rest must repeat it)."""
     cmd = ["run", "--seed", str(seed), "--archive", archive, "--no-progress",
            "--executor", args.executor]
-    cmd += ["--resume"] if resume else ["--config", args.config] if args.config else []
+    cmd += (["--resume", str(resume)] if resume is not None
+            else ["--config", args.config] if args.config else [])
     cmd += ["--generations", str(args.generations)] if args.generations is not None else []
     cmd += ["--data", args.data] if args.data else []
     cmd += ["--head-seconds", str(args.head_seconds)] if args.head_seconds else []
@@ -177,16 +178,23 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
     t0 = time.monotonic()
     with open(log_path, "a", encoding="utf-8") as log:
         done = None
-        if not args.archive and Path(archive).exists():  # an earlier attempt: continue it
-            log.write(f"--- seed {seed}: resuming {archive}\n")
+        earlier = _earlier_run(archive, seed) if args.archive or Path(archive).exists() \
+            else None
+        if earlier is not None:  # an earlier attempt of this seed: continue it
+            log.write(f"--- seed {seed}: resuming run {earlier} of {archive}\n")
             log.flush()
-            done = _CHILDREN.run(_cli(*_run_argv(args, seed, archive, ray_address, True)),
+            done = _CHILDREN.run(_cli(*_run_argv(args, seed, archive, ray_address, earlier)),
                                  stdout=subprocess.PIPE, stderr=log, text=True)
-            if done.returncode == 2:  # nothing to resume (no run, or other settings)
+            if done.returncode == 2 and not args.archive:  # e.g. made with other settings
                 log.write(f"--- seed {seed}: cannot resume (above); kept as {archive}.old, "
                           "starting again\n")
                 os.replace(archive, f"{archive}.old")
                 done = None
+            elif done.returncode == 2:  # a shared archive: its other runs stay
+                raise RuntimeError(f"seed {seed}: cannot resume run {earlier} of the archive "
+                                   f"(see {log_path})")
+        elif not args.archive and Path(archive).exists():  # no run in it: a new one
+            os.replace(archive, f"{archive}.old")
         if done is None:
             done = _CHILDREN.run(_cli(*cmd), stdout=subprocess.PIPE, stderr=log, text=True)
         log.write(done.stdout)
@@ -207,6 +215,17 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
                settings=stamp)
     res_path.write_text(json.dumps(val, indent=1, sort_keys=True))
     return dict(val)
+
+
+def _earlier_run(archive: str, seed: int) -> int | None:
+    """The latest run of ``seed`` in ``archive`` (a seed's own file, or one archive every
+    seed writes), which a study run again continues; None if there is none."""
+    try:
+        runs = json.loads(_check(_cli("runs", "--archive", archive, "--json")))
+    except (RuntimeError, ValueError):
+        return None  # no archive there yet (or not one): a new run
+    mine = [int(r["id"]) for r in runs if int(r.get("seed", -1)) == seed]
+    return max(mine) if mine else None
 
 
 def _check(cmd: list[str]) -> str:

@@ -112,6 +112,10 @@ def connect(address: str = "", workers: int = 1) -> str:
         where = f"at {address}" if address else "(local instance)"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot start or join the Ray cluster {where}: {first}") from None
+    finally:
+        from evolve.search import stopping
+
+        stopping.reclaim()  # ray.init replaced the SIGTERM handler of a running search
     _CONNECTED = key
     return str(ray.get_runtime_context().gcs_address)
 

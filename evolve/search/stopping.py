@@ -101,6 +101,19 @@ def _handler(signum: int, _frame: FrameType | None) -> None:
     raise _stop(signum)
 
 
+_active = False  # inside stop_signals()
+
+
+def reclaim() -> None:
+    """Install the stop handler again if a library replaced it inside :func:`stop_signals`.
+    Why: ``ray.init`` sets its own SIGTERM handler (``sys.exit``), and a SIGTERM then
+    crashed a Ray run with a C++ stack dump instead of stopping it (found in review)."""
+    if _active and threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            if signal.getsignal(s) is not _handler:
+                signal.signal(s, _handler)
+
+
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """Turn SIGINT/SIGTERM into :class:`StopRequested` for the duration (main thread
@@ -109,12 +122,14 @@ def stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    global _requested
+    global _requested, _active
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
     _pending, _stopped_at, _requested = None, None, None
+    _active = True
     try:
         yield
     finally:
+        _active = False
         for s, h in previous.items():
             signal.signal(s, h)
 

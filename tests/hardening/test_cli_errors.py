@@ -99,3 +99,18 @@ def test_a_disk_that_fills_up_is_one_line_exit_2(monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["evolve brand-new: error: runs/report/a.svg: cannot write (No space left on "
                    "device)"], err
+
+
+def test_a_server_archive_that_fails_mid_run_is_named_without_its_password():
+    """Found in review: a PostgreSQL server stopped mid-run gave "archive database error:
+    connection failed ..." naming no archive (a file archive was named)."""
+    from sqlalchemy.exc import OperationalError
+
+    from evolve.cli import expected_error
+
+    exc = OperationalError("SELECT 1", {}, Exception("connection refused"))
+    line = expected_error(exc, "postgresql://evolve:s3cret@127.0.0.1:5432/ev")
+    assert line is not None and line.startswith(
+        "postgresql+psycopg://evolve:***@127.0.0.1:5432/ev: archive database error: "), line
+    assert "s3cret" not in line
+    assert expected_error(exc, "a.db").startswith("a.db: archive database error")

@@ -74,10 +74,12 @@ def test_bad_settings_are_one_line_before_any_seed_runs(tmp_path, capsys, extra,
     assert not list(out.glob("seed-*"))
 
 
-def test_a_stopped_study_stops_its_seeds_and_the_same_command_resumes(tmp_path):
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_stopped_study_stops_its_seeds_and_the_same_command_resumes(tmp_path, shared):
     """Found in review: SIGTERM left the seed's `evolve run` running, re-parented to init;
     Ctrl-C ran every queued seed first; running the study again deleted the interrupted
-    seed's archive and started it from generation 0."""
+    seed's archive and started it from generation 0 (with one archive for every seed,
+    `--archive`, it started new runs and left the old ones 'running')."""
     import signal
     import sqlite3
     import subprocess
@@ -91,8 +93,10 @@ def test_a_stopped_study_stops_its_seeds_and_the_same_command_resumes(tmp_path):
     argv = [sys.executable, "-m", "evolve.cli", "study", "--seeds", "11", "12", "--config",
             str(cfg), "--out", str(out), "--parallel", "1", "--workers", "1",
             "--generations", "8"]
+    db = tmp_path / "shared.db" if shared else out / "seed-11.db"
+    argv += ["--archive", str(db)] if shared else []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    db, deadline = out / "seed-11.db", time.monotonic() + 300
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         try:
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
@@ -112,7 +116,10 @@ def test_a_stopped_study_stops_its_seeds_and_the_same_command_resumes(tmp_path):
 
     again = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "resuming" in (out / "seed-11.log").read_text()
+    assert "resuming run 1 of" in (out / "seed-11.log").read_text()
+    with sqlite3.connect(db) as con:  # seed 11 continued its run; no new one was started
+        seeds = con.execute("SELECT id, seed, status FROM runs ORDER BY id").fetchall()
+    assert seeds[0] == (1, 11, "finished") and [r[1] for r in seeds].count(11) == 1, seeds
     summary = json.loads((out / "summary.json").read_text())
     _s, ref = run_tiny(tmp_path / "ref.db", 11, generations=8)
     assert summary["picks"]["11"] == picked(ref)  # as if never stopped
