@@ -35,3 +35,13 @@ def test_numpy_loaded_first_is_left_alone():
     out = subprocess.run([sys.executable, "-c", "import numpy; " + PROBE], env=base,
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "unset"
+
+
+def test_the_suite_imports_the_real_package_and_its_pin():
+    """Under plain `pytest` (CI's command) `tests/evaluator/` once shadowed the package as a
+    namespace, and the pin never ran in the process the golden archive test runs in."""
+    import evaluator
+
+    assert evaluator.__file__ and evaluator.__file__.endswith("evaluator/__init__.py")
+    if {"avx2", "fma"} <= _cpu_flags() and not os.environ.get("EVOLVE_NATIVE_BLAS"):
+        assert os.environ.get("OPENBLAS_CORETYPE")
