@@ -178,8 +178,8 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
     t0 = time.monotonic()
     with open(log_path, "a", encoding="utf-8") as log:
         done = None
-        earlier = _earlier_run(archive, seed) if args.archive or Path(archive).exists() \
-            else None
+        earlier = _earlier_run(archive, seed, finished=not args.archive) \
+            if args.archive or Path(archive).exists() else None
         if earlier is not None:  # an earlier attempt of this seed: continue it
             log.write(f"--- seed {seed}: resuming run {earlier} of {archive}\n")
             log.flush()
@@ -190,9 +190,10 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
                           "starting again\n")
                 os.replace(archive, f"{archive}.old")
                 done = None
-            elif done.returncode == 2:  # a shared archive: its other runs stay
-                raise RuntimeError(f"seed {seed}: cannot resume run {earlier} of the archive "
-                                   f"(see {log_path})")
+            elif done.returncode == 2:  # a shared archive: that run stays, a new one starts
+                log.write(f"--- seed {seed}: cannot resume run {earlier} (above); starting a "
+                          "new run\n")
+                done = None
         elif not args.archive and Path(archive).exists():  # no run in it: a new one
             os.replace(archive, f"{archive}.old")
         if done is None:
@@ -217,14 +218,17 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
     return dict(val)
 
 
-def _earlier_run(archive: str, seed: int) -> int | None:
-    """The latest run of ``seed`` in ``archive`` (a seed's own file, or one archive every
-    seed writes), which a study run again continues; None if there is none."""
+def _earlier_run(archive: str, seed: int, finished: bool) -> int | None:
+    """The latest run of ``seed`` in ``archive``, which a study run again continues; None if
+    there is none. In one archive every seed writes (``--archive``), only an unfinished
+    run: a finished one belongs to an earlier study (``finished`` False), whose results
+    live in its own ``--out``; a seed's own file holds this study's run alone."""
     try:
         runs = json.loads(_check(_cli("runs", "--archive", archive, "--json")))
     except (RuntimeError, ValueError):
         return None  # no archive there yet (or not one): a new run
-    mine = [int(r["id"]) for r in runs if int(r.get("seed", -1)) == seed]
+    mine = [int(r["id"]) for r in runs if int(r.get("seed", -1)) == seed
+            and (finished or r.get("status") != "finished")]
     return max(mine) if mine else None
 
 
