@@ -182,14 +182,10 @@ def _select(consts: dict, scope: str, infos: dict, name: str) -> dict:
 def _kernels(prog: Any, data: str | None, infos: dict) -> dict:
     """Measured kernel curves per model, for a program that reads a ``k_*`` feature (they
     are embedded in the Go file); empty when it reads none or the data has no tables."""
-    import ast
-
     from evaluator.api import DataError, load_scenarios
     from evolve.export.go import kernels_from_scenarios
 
-    reads = {n.attr for n in ast.walk(prog.tree) if isinstance(n, ast.Attribute)
-             and isinstance(n.value, ast.Name) and n.value.id == "f"}
-    if not any(r.startswith("k_") for r in reads):
+    if not any(r.startswith("k_") for r in prog.features_read):
         return {}
     try:
         found = kernels_from_scenarios(load_scenarios(data))

@@ -57,3 +57,21 @@ def run_rows(tables: dict[str, list[dict[str, Any]]], run_id: int) -> dict[str, 
         out[name] = [{k: v for k, v in r.items() if k != key} for r in rows
                      if r.get(key) == run_id]
     return out
+
+
+def wait_for_generation(db: Path, generation: int, proc: Any, timeout_s: float = 300) -> None:
+    """Poll a run's SQLite archive (read-only) until a run has committed ``generation``,
+    the process ``proc`` ended, or ``timeout_s`` passed: the moment to send it a stop."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
+                done = con.execute("SELECT max(generations_done) FROM runs").fetchone()[0]
+        except sqlite3.OperationalError:
+            done = None
+        if done is not None and done >= generation:
+            return
+        time.sleep(0.1)

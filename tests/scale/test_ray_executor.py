@@ -167,23 +167,14 @@ def test_sigterm_stops_a_ray_run_at_a_safe_point(ray_head, tmp_path):
     import subprocess
     import sys
 
-    from scale_helpers import tiny_toml
+    from scale_helpers import tiny_toml, wait_for_generation
 
     cfg, db = tiny_toml(tmp_path / "tiny.toml"), tmp_path / "ray.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "evolve.cli", "run", "--config", str(cfg), "--seed", "11",
          "--archive", str(db), "--executor", "ray", "--ray-address", ray_head.address,
          "--generations", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
-                done = con.execute("SELECT max(generations_done) FROM runs").fetchone()[0]
-        except sqlite3.OperationalError:
-            done = None
-        if done is not None and done >= 1:
-            break
-        time.sleep(0.1)
+    wait_for_generation(db, 1, proc)
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]

@@ -84,9 +84,8 @@ def test_a_stopped_study_stops_its_seeds_and_the_same_command_resumes(tmp_path, 
     import sqlite3
     import subprocess
     import sys
-    import time
 
-    from scale_helpers import run_tiny
+    from scale_helpers import run_tiny, wait_for_generation
 
     cfg = tiny_toml(tmp_path / "tiny.toml")
     out = tmp_path / "study"
@@ -96,16 +95,7 @@ def test_a_stopped_study_stops_its_seeds_and_the_same_command_resumes(tmp_path, 
     db = tmp_path / "shared.db" if shared else out / "seed-11.db"
     argv += ["--archive", str(db)] if shared else []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
-                done = con.execute("SELECT max(generations_done) FROM runs").fetchone()[0]
-        except sqlite3.OperationalError:
-            done = None
-        if done is not None and done >= 1:
-            break
-        time.sleep(0.1)
+    wait_for_generation(db, 1, proc)
     proc.send_signal(signal.SIGTERM)  # to the study alone, not its process group
     _out, err = proc.communicate(timeout=180)
     assert proc.returncode == 143, err
