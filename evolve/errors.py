@@ -15,7 +15,8 @@ The tree::
     │   ├── CassetteError        a cassette line is corrupt
     │   │   └── CassetteMiss     replay asked for an exchange the cassette lacks
     │   ├── BudgetExhausted      the LLM token/cost budget is spent (the loop stops cleanly)
-    │   └── LLMUnavailable       the endpoint failed a batch and on_failure = "stop"
+    │   ├── LLMUnavailable       the endpoint failed a batch and on_failure = "stop"
+    │   └── ClusterLost          the Ray cluster went away mid-run (resumable)
     ├── ProgramError (ValueError) untrusted program text rejected: rule, line, node
     └── ExportError (ValueError)  a program cannot be translated to Go
 
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "ArchiveError", "BudgetExhausted", "CassetteError", "CassetteMiss", "ConfigError",
+    "ArchiveError", "BudgetExhausted", "CassetteError", "CassetteMiss", "ClusterLost",
+    "ConfigError",
     "EvolveError", "ExportError", "LLMUnavailable", "ProgramError", "UserError",
 ]
 
@@ -40,6 +42,10 @@ class EvolveError(Exception):
 
 class UserError(EvolveError):
     """A problem with the user's input; printed as one line, exit code 2."""
+
+
+class ClusterLost(UserError):
+    """The Ray cluster of a run stopped answering; the run can be resumed once it is back."""
 
 
 class ConfigError(UserError):

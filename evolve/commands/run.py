@@ -234,10 +234,11 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
                   file=sys.stderr)
         return stop.exit_code
     except Exception as exc:  # the archive or the cluster went away, a bug: the journal
-        from evolve.errors import EvolveError  # holds what finished, so say how to go on
-
+        from evolve.errors import ClusterLost, EvolveError  # holds what finished: say how
+        # to go on (not after bad input, which a resume would only repeat)
         run_id = box.get("run_id")
-        if run_id is not None and box.get("searching") and not isinstance(exc, EvolveError):
+        if (run_id is not None and box.get("searching")
+                and (isinstance(exc, ClusterLost) or not isinstance(exc, EvolveError))):
             print(f"evolve run: run {run_id} stopped on the error below; what finished is "
                   "kept in the journal. Once it is fixed, resume with: "
                   f"{resume_command(cfg, int(str(run_id)), str(box.get('where')))}",

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.errors import UserError
+from evolve.errors import ClusterLost, UserError
 from evolve.language import parse_program
 from evolve.search.context import RunContext, Scored
 from evolve.search.pool import Job, fingerprint_and_fit
@@ -51,6 +51,7 @@ from evolve.search.pool import Job, fingerprint_and_fit
 MAX_RETRIES = 3  # a task whose worker died is run again up to this many times
 OBJECT_STORE_BYTES = 1 << 30  # object store of a Ray instance started for the run
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+PROBE_S, PROBES_LOST = 5.0, 4  # a GCS silent for 20 s is lost (Ray gives up after 60 s)
 
 # the connection of this process: (address or "", CPUs of a started instance)
 _CONNECTED: tuple[str, int] | None = None
@@ -121,12 +122,14 @@ def connect(address: str = "", workers: int = 1) -> str:
 
 
 def disconnect() -> None:
-    """Leave the cluster (and stop an instance this process started)."""
+    """Leave the cluster (and stop an instance this process started). Without importing
+    Ray when it is not imported yet: Ray reads its authentication mode from the environment
+    on import, and ``connect`` sets that environment first."""
     global _CONNECTED
-    import ray
-
-    ray.shutdown()
     _CONNECTED = None
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        ray.shutdown()
 
 
 # ---- worker side ----------------------------------------------------------------------
@@ -262,7 +265,7 @@ class RayExecutor:
     def _gather(self, refs: list[Any], on_result: Callable[[int, Any], None] | None
                 ) -> list[Any]:
         self._pending = refs  # left set if the gather is interrupted: reset cancels them
-        out = _gather(refs, on_result)
+        out = _gather(refs, on_result, self.cluster)
         self._pending = []
         return out
 
@@ -281,19 +284,45 @@ class RayExecutor:
         self._warming = []
 
 
-def _gather(refs: list[Any], on_result: Callable[[int, Any], None] | None) -> list[Any]:
-    """Results in job order; ``on_result`` as each task finishes (the journal)."""
+def _gather(refs: list[Any], on_result: Callable[[int, Any], None] | None,
+            cluster: str = "") -> list[Any]:
+    """Results in job order; ``on_result`` as each task finishes (the journal).
+
+    While waiting, the cluster's GCS (``cluster``, host:port) is probed every
+    :data:`PROBE_S` seconds: when the cluster is gone, Ray's core worker ends the process
+    itself after a minute, with a C++ log line and exit status 1; this names the cause
+    first, and what ``on_result`` journalled is kept for ``--resume``."""
     import ray
 
-    if on_result is None:
-        return list(ray.get(refs))
     index = {ref: i for i, ref in enumerate(refs)}
     out: list[Any] = [None] * len(refs)
     waiting = list(refs)
+    unreachable = 0
     while waiting:
-        ready, waiting = ray.wait(waiting, num_returns=1)
+        ready, waiting = ray.wait(waiting, num_returns=1, timeout=PROBE_S)
+        if not ready:
+            unreachable = 0 if _gcs_alive(cluster) else unreachable + 1
+            if unreachable >= PROBES_LOST:
+                raise ClusterLost(f"lost the Ray cluster at {cluster}: its GCS has not "
+                                  f"answered for {PROBE_S * PROBES_LOST:.0f} s (resume on "
+                                  "a cluster with --ray-address ADDR, or with --executor "
+                                  "local)")
+            continue
+        unreachable = 0
         for ref in ready:
             i = index[ref]
             out[i] = ray.get(ref)
-            on_result(i, out[i])
+            if on_result is not None:
+                on_result(i, out[i])
     return out
+
+
+def _gcs_alive(cluster: str) -> bool:
+    host, _, port = cluster.rpartition(":")
+    if not host or not port.isdigit():
+        return True  # no address to probe: leave it to Ray
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S).close()
+    except OSError:
+        return False
+    return True
