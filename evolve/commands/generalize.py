@@ -49,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="teacher-forced evaluations per fold (default: %(default)s; at "
                         "600 CMA-ES stopped short on 10-constant programs, and the same fold "
                         "refitted with another --seed moved the held-out figures by 10 points)")
-    parser.add_argument("--polish-evals", type=int, default=60,
-                        help="closed-loop simulations per constant group (0 = no polish)")
+    parser.add_argument("--polish-evals", type=int, default=FitSection.polish_evals,
+                        help="closed-loop simulations per constant group (0 = no polish; "
+                        "default: %(default)s, fit.polish_evals, the budget the search "
+                        "polishes its pick with)")
     parser.add_argument("--scope", choices=["global", "per_model", "pooled"],
                         help="constant scope of the refit (default: pooled for a program "
                         "fitted pooled, else global for lomo and per_model for lowo; pooled "
