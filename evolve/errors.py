@@ -31,8 +31,7 @@ from typing import Any
 
 __all__ = [
     "ArchiveError", "BudgetExhausted", "CassetteError", "CassetteMiss", "ClusterLost",
-    "ConfigError",
-    "EvolveError", "ExportError", "LLMUnavailable", "ProgramError", "UserError",
+    "ConfigError", "EvolveError", "ExportError", "LLMUnavailable", "ProgramError", "UserError",
 ]
 
 
