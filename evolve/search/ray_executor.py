@@ -62,13 +62,21 @@ def _is_loopback(address: str) -> bool:
     return not address or host in LOOPBACK
 
 
-def _reachable(address: str) -> None:
-    """Fail in seconds on a wrong address (Ray itself retries for many minutes)."""
+def _connect_error(address: str, timeout_s: float) -> Exception | None:
+    """Why a TCP connection to ``address`` ([scheme://]host:port) fails, or None."""
     host, _, port = address.split("://")[-1].rpartition(":")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except (OSError, ValueError) as exc:
-        raise UserError(f"cannot reach the Ray cluster at {address}: {exc}") from None
+        return exc
+    return None
+
+
+def _reachable(address: str) -> None:
+    """Fail in seconds on a wrong address (Ray itself retries for many minutes)."""
+    exc = _connect_error(address, 10.0)
+    if exc is not None:
+        raise UserError(f"cannot reach the Ray cluster at {address}: {exc}")
 
 
 def connect(address: str = "", workers: int = 1) -> str:
@@ -321,8 +329,4 @@ def _gcs_alive(cluster: str) -> bool:
     host, _, port = cluster.rpartition(":")
     if not host or not port.isdigit():
         return True  # no address to probe: leave it to Ray
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S).close()
-    except OSError:
-        return False
-    return True
+    return _connect_error(cluster, PROBE_S) is None
