@@ -34,6 +34,7 @@ from evaluator.ingest import ServerFlags, parse_stages
 from evaluator.ingest_perf import from_inference_perf
 from evaluator.ingest_trace import from_tracev2
 from evaluator.model import MAX_STEP_US, ConstMap, StepModel, step_time_problem, usable_steps
+from evaluator.prompts import prompt_period, with_prompt_cache
 from evaluator.scenarios import DataError, Scenario, data_dir
 from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
 from evaluator.sensitivity import DELTA as SENSITIVITY_DELTA
@@ -74,6 +75,7 @@ __all__ = [
     "loss",
     "parse_stages",
     "probe_batches",
+    "prompt_period",
     "read_tracev2",
     "replay_command",
     "request_latencies",
@@ -82,6 +84,7 @@ __all__ = [
     "shell",
     "step_time_problem",
     "usable_steps",
+    "with_prompt_cache",
     "write_experiment",
     "write_tracev2",
 ]
@@ -98,10 +101,13 @@ class Evaluator:
         self.corpus_version = ""
 
     @classmethod
-    def from_data(cls, data: str | None = None, names: list[str] | None = None) -> Evaluator:
+    def from_data(cls, data: str | None = None, names: list[str] | None = None,
+                  prompt_cache: bool = True) -> Evaluator:
         """The scenarios of a data directory; one with none is an error (every command
-        that loads one would print an empty table and exit 0)."""
-        scenarios = load_scenarios(data, names)
+        that loads one would print an empty table and exit 0). ``prompt_cache``: simulate
+        vLLM's prefix caching of whole repeated prompts (:mod:`evaluator.prompts`); off,
+        only the shared system prompts are cached."""
+        scenarios = load_scenarios(data, names, prompt_cache)
         if not scenarios:
             raise DataError(f"{data_dir(data) / 'experiments'}: no experiments (`evolve "
                             "ingest` writes them; `evolve data` lists a directory)")

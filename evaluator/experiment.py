@@ -16,7 +16,8 @@ reading only its head, such as ``evolve export-go``, find the model)::
     format, experiment, model_id, model_short, profile (workload), split,
     config {tensor_parallelism, max_num_seqs, max_num_batched_tokens,
             kv_blocks_total_gpu, block_size, max_model_len},
-    prefix {system_prompt_len, num_groups}, stages [{rate, duration}],
+    prefix {system_prompt_len, num_groups, mode (system | prompt; absent = system)},
+    stages [{rate, duration}],
     summary (optional aggregates, seconds), source {...}, notes [...],
     requests [{index, arrival_time_us, input_tokens, output_tokens, prefix_group,
                status, has_error, e2e_s, ttft_s}]
@@ -36,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from evaluator.kernels import KernelTables, kernel_block
+from evaluator.prompts import with_prompt_cache
 from evaluator.scenarios import (
     DataError,
     Hardware,
@@ -53,6 +55,7 @@ from evaluator.scenarios import (
 
 FORMAT = "evolve-experiment/1"
 SPLITS = ("train", "validate", "test")
+PREFIX_MODES = ("system", "prompt")
 _CONFIG_KEYS = (("tp", "tensor_parallelism"), ("max_num_seqs", "max_num_seqs"),
                 ("max_batched_tokens", "max_num_batched_tokens"),
                 ("kv_blocks", "kv_blocks_total_gpu"), ("block_size", "block_size"),
@@ -84,6 +87,9 @@ class ExperimentSpec:
     summary: dict[str, float] | None = None
     source: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # "system": a group shares its first system_prompt_len tokens; "prompt": a group is one
+    # prompt, sent whole by every request of it (vLLM caches all its full blocks)
+    prefix_mode: str = "system"
 
     def to_doc(self) -> dict[str, Any]:
         sv = self.server
@@ -103,7 +109,7 @@ class ExperimentSpec:
                 "split": self.split,
                 "config": {key: int(getattr(sv, attr)) for attr, key in _CONFIG_KEYS},
                 "prefix": {"system_prompt_len": self.system_prompt_len,
-                           "num_groups": self.n_prefix_groups},
+                           "num_groups": self.n_prefix_groups, "mode": self.prefix_mode},
                 "stages": [{"rate": s.rate, "duration": s.duration_s} for s in self.stages],
                 "summary": self.summary, "source": self.source, "notes": self.notes,
                 "requests": reqs}
@@ -151,6 +157,10 @@ def load_experiment(exp_dir: Path, data: Path | None = None) -> Scenario:
     n_groups = int(_get(doc, path, "prefix.num_groups", int))
     if sys_len < 0 or n_groups < 0:
         raise DataError(f"{path}: field 'prefix' has a negative value")
+    mode = (doc.get("prefix") or {}).get("mode", "system")
+    if mode not in PREFIX_MODES:
+        raise DataError(f"{path}: field 'prefix.mode' must be one of {', '.join(PREFIX_MODES)},"
+                        f" got {mode!r}")
     stages = tuple(Stage(float(_get(s, path, "rate")), float(_get(s, path, "duration")))
                    for s in _get(doc, path, "stages", list))
     if not stages or any(s.duration_s <= 0 or s.rate < 0 for s in stages):
@@ -195,12 +205,15 @@ def load_experiment(exp_dir: Path, data: Path | None = None) -> Scenario:
                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
     arch = ModelArch.load(exp_dir / "model" / "config.json")
     arch = replace(arch, name=model_id.split("/")[-1])
+    prompt = None
+    if mode == "prompt":  # each group one prompt: cached whole, no system prompt shared
+        prompt, grp, sys_len, n_groups = grp, np.zeros(n, dtype=np.int64), 0, 0
     return Scenario(
         name=exp_dir.name, model=str(doc.get("model_short") or arch.name),
         workload=str(doc.get("profile") or "custom"), split=split, arch=arch,
         hardware=Hardware.load(exp_dir / "hardware.json"), server=server, stages=stages,
         system_prompt_len=sys_len, n_prefix_groups=n_groups, arrival_us=arrival,
-        input_tokens=inp, output_tokens=out, prefix_group=grp,
+        input_tokens=inp, output_tokens=out, prefix_group=grp, prompt_id=prompt,
         measured=Measured(e2e_s=e2e, ttft_s=ttft, failed=failed, summary=summary),
         meta={"model_id": model_id, "path": str(exp_dir), "format": FORMAT,
               "status": status, "source": doc.get("source") or {},
@@ -222,8 +235,11 @@ def experiment_dirs(data: str | os.PathLike[str] | None = None) -> list[Path]:
 
 
 def load_scenarios(data: str | os.PathLike[str] | None = None,
-                   names: list[str] | None = None) -> list[Scenario]:
-    """Every experiment under ``<data>/experiments`` (bundled or ingested), or the named ones."""
+                   names: list[str] | None = None, prompt_cache: bool = True) -> list[Scenario]:
+    """Every experiment under ``<data>/experiments`` (bundled or ingested), or the named ones.
+
+    ``prompt_cache``: requests that repeat a prompt hit vLLM's prefix cache for all of it
+    (:func:`evaluator.prompts.with_prompt_cache`); off, only shared system prompts do."""
     root = data_dir(data)
     dirs = experiment_dirs(root)
     if names is not None:
@@ -240,6 +256,10 @@ def load_scenarios(data: str | os.PathLike[str] | None = None,
         if not is_ingested(p):
             sc.meta.setdefault("model_dir", str(root / "models" / sc.arch.name))
             sc.meta.setdefault("format", "bundled")
+        if not prompt_cache:
+            sc = replace(sc, prompt_id=None)
+        elif sc.prompt_id is None:
+            sc = with_prompt_cache(sc)
         out.append(sc)
     return out
 

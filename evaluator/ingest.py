@@ -205,7 +205,8 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
              prefix_group: np.ndarray, n_prefix_groups: int, system_prompt_len: int,
              status: list[str], e2e_s: np.ndarray, ttft_s: np.ndarray,
              stages: tuple[Stage, ...] | None, summary: dict[str, float] | None,
-             source: dict[str, Any], notes: list[str]) -> ExperimentSpec:
+             source: dict[str, Any], notes: list[str],
+             prefix_mode: str = "system") -> ExperimentSpec:
     """Sort by arrival, fill and clamp lengths, settle the stages: the common last step."""
     if split not in SPLITS:
         raise DataError(f"--split: must be one of {', '.join(SPLITS)}, got {split!r}")
@@ -253,7 +254,7 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
         prefix_group=np.asarray(prefix_group, dtype=np.int64)[order], status=status,
         e2e_s=np.asarray(e2e_s, dtype=np.float64)[order],
         ttft_s=np.asarray(ttft_s, dtype=np.float64)[order], summary=summary, source=source,
-        notes=notes)
+        notes=notes, prefix_mode=prefix_mode)
 
 
 def _check_stages(stages: Sequence[Stage], arrival_s: np.ndarray, notes: list[str]) -> None:

@@ -41,6 +41,9 @@ _SERVER_FROM_HEADER = (("tp", "tensor_parallel"), ("max_num_seqs", "max_num_seqs
                        ("block_size", "block_size"), ("max_model_len", "max_model_len"))
 
 
+PROMPT_GROUPS = -1  # _prefix's shared length when every group is one whole prompt
+
+
 def _prefix(t: TraceV2, ignore: bool, order: np.ndarray, notes: list[str]
             ) -> tuple[np.ndarray, np.ndarray, int, int]:
     """(group index per request, prefix tokens per request, n_groups, shared length).
@@ -77,6 +80,10 @@ def _prefix(t: TraceV2, ignore: bool, order: np.ndarray, notes: list[str]
         index.setdefault(names[i], len(index))
     grp = np.array([index[g] for g in names.tolist()], dtype=np.int64)
     lens = sorted({length[g][0] for g in live})
+    if len(lens) > 1 and bool(np.all(c["input_tokens"] == 1)):
+        notes.append(f"{len(index)} prefix groups of one whole prompt each (prefix + 1 token, "
+                     "as `evolve export-trace` writes repeated prompts): each is cached whole")
+        return grp, prefix_tokens, len(index), PROMPT_GROUPS
     if len(lens) > 1:
         notes.append(f"prefix groups have lengths {lens[0]}..{lens[-1]}; evolve's simulator "
                      f"shares one length, so the shortest ({lens[0]}) is cached")
@@ -123,6 +130,8 @@ def from_tracev2(header_path: str | Path, data_path: str | Path, *, model: str |
     base = np.where(has_send, send, arr)  # the clock of the chunk times (calibrate's)
     grp, prefix_tokens, n_groups, sys_len = _prefix(
         t, ignore_prefix, np.argsort(inject, kind="stable"), notes)
+    mode = "prompt" if sys_len == PROMPT_GROUPS else "system"
+    sys_len = 0 if mode == "prompt" else sys_len
     named = np.array([g != "" for g in c["prefix_group"].tolist()], dtype=bool)
     sit = c["server_input_tokens"]
     own = np.where((sit > 0) & ~named, sit, c["input_tokens"])
@@ -162,4 +171,4 @@ def from_tracev2(header_path: str | Path, data_path: str | Path, *, model: str |
                     arrival_us=inject, input_tokens=total, output_tokens=c["output_tokens"],
                     prefix_group=grp, n_prefix_groups=n_groups, system_prompt_len=sys_len,
                     status=status, e2e_s=e2e, ttft_s=ttft, stages=stages, summary=None,
-                    source=source, notes=notes)
+                    source=source, notes=notes, prefix_mode=mode)

@@ -162,6 +162,9 @@ class Scenario:
     scored: np.ndarray | None = field(default=None, compare=False)  # None: every request
     # Packed measured-kernel curves (evaluator.kernels.kernel_block); empty: roofline.
     kernels: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False)
+    # Per request, the prompt it repeats (evaluator.prompts); None: only the shared system
+    # prompt is cached.
+    prompt_id: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def n_requests(self) -> int:
@@ -211,6 +214,7 @@ class Scenario:
                        arrival_us=arrival - t0 * 1e6, input_tokens=self.input_tokens[keep],
                        output_tokens=self.output_tokens[keep],
                        prefix_group=self.prefix_group[keep],
+                       prompt_id=None if self.prompt_id is None else self.prompt_id[keep],
                        measured=Measured(e2e, ttft, failed, summary),
                        scored=None if scored.all() else scored,
                        meta={**self.meta, "window_s": (start_s, end_s, warmup_s),

@@ -30,7 +30,7 @@ _RUN_SIG = nb.types.Tuple((
     nb.float64[:, ::1], f8a, f8a,  # stats, start, end
     i8a, i8a, i8a, nb.boolean[::1], i8a, i8a,  # admit, first, last, aborted, preempts, kv
     i8a, nb.int32[::1], nb.int32[::1], nb.int32[::1], nb.boolean[::1], nb.int32[::1],
-))(STEP_FN_TYPE, f8a, f8a, f8a, f8a, i8a, i8a, i8a, i8a,
+))(STEP_FN_TYPE, f8a, f8a, f8a, f8a, i8a, i8a, i8a, i8a, i8a,
   nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean)
 
 
@@ -48,8 +48,25 @@ def _grow1(a, n):
     return b
 
 
+@nb.njit(cache=True)
+def _evict(need, free, evictable, pc, pref, plru):
+    """Evict unreferenced prompt caches, least recently released first, until ``need``
+    blocks are free or none is left; returns ``(free, evictable)``."""
+    while need > free and evictable > 0:
+        best = -1
+        for p in range(pc.shape[0]):
+            if pc[p] > 0 and pref[p] == 0 and (best < 0 or plru[p] < plru[best]):
+                best = p
+        if best < 0:
+            break
+        free += pc[best]
+        evictable -= pc[best]
+        pc[best] = 0
+    return free, evictable
+
+
 @nb.njit(_RUN_SIG, cache=True)
-def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
+def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt, order,
          shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record):
     n = entry.shape[0]
     state = np.zeros(n, np.int64)
@@ -69,6 +86,18 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
         if group[i] + 1 > n_groups:
             n_groups = group[i] + 1
     group_cached = np.zeros(n_groups, np.bool_)
+    # Prompt caches (``prompt[i] >= 0``: requests that send the same prompt): blocks of the
+    # prompt past its group's shared blocks, its length, holders, step of last release.
+    n_prompts = 1
+    for i in range(n):
+        if prompt[i] + 1 > n_prompts:
+            n_prompts = prompt[i] + 1
+    pc = np.zeros(n_prompts, np.int64)
+    plen = np.zeros(n_prompts, np.int64)
+    pref = np.zeros(n_prompts, np.int64)
+    plru = np.zeros(n_prompts, np.int64)
+    holds = np.zeros(n, np.bool_)
+    evictable = 0  # blocks of prompt caches nobody holds (free to vLLM, evicted on demand)
 
     waitq = np.empty(n + 1, np.int64)  # ring buffer; push back / push front / pop front
     w_head = 0
@@ -121,6 +150,12 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
                             running[k] = running[j]
                             k += 1
                     n_run = k
+                    if holds[r]:
+                        holds[r] = False
+                        pref[prompt[r]] -= 1
+                        if pref[prompt[r]] == 0:
+                            evictable += pc[prompt[r]]
+                            plru[prompt[r]] = step
                 free += blocks[r]
                 blocks[r] = 0
                 state[r] = _ABORTED
@@ -151,12 +186,21 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
             need = (computed[r] + new + block_size - 1) // block_size - shared_used[r] - blocks[r]
             self_preempted = False
             while need > free:
+                free, evictable = _evict(need, free, evictable, pc, pref, plru)
+                if need <= free:
+                    break
                 v = running[n_run - 1]
                 n_run -= 1
                 free += blocks[v]
                 blocks[v] = 0
                 computed[v] = 0
                 shared_used[v] = 0
+                if holds[v]:
+                    holds[v] = False
+                    pref[prompt[v]] -= 1
+                    if pref[prompt[v]] == 0:
+                        evictable += pc[prompt[v]]
+                        plru[prompt[v]] = step
                 seq_len[v] = input_len[v] + n_out[v]
                 state[v] = _WAITING
                 w_head = (w_head - 1) % (n + 1)
@@ -187,8 +231,14 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
                     w_len -= 1
                     continue
                 hit = 0
-                if group_cached[group[r]]:
-                    hit = shared_blocks * block_size
+                p = prompt[r]
+                use_p = False
+                if group_cached[group[r]] or shared_blocks == 0:
+                    hit = shared_blocks
+                    if p >= 0 and pc[p] > 0 and plen[p] == input_len[r]:
+                        hit += pc[p]
+                        use_p = True
+                    hit *= block_size
                     lim = ((seq_len[r] - 1) // block_size) * block_size
                     if hit > lim:
                         hit = lim
@@ -196,8 +246,19 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
                 if new > budget:
                     new = budget
                 need = (hit + new + block_size - 1) // block_size - hit // block_size
+                if use_p:  # held now: not evictable to make room for itself
+                    if pref[p] == 0:
+                        evictable -= pc[p]
+                    pref[p] += 1
                 if need > free:
+                    free, evictable = _evict(need, free, evictable, pc, pref, plru)
+                if need > free:
+                    if use_p:
+                        pref[p] -= 1
+                        if pref[p] == 0:
+                            evictable += pc[p]
                     break
+                holds[r] = use_p
                 w_head = (w_head + 1) % (n + 1)
                 w_len -= 1
                 free -= need
@@ -278,7 +339,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
         for q in range(N_STATS):
             stats[q, step] = st1[q, 0]
         begin[step] = now
-        kv_used[step] = kv_blocks - free
+        kv_used[step] = kv_blocks - free - evictable
         now = now + d
         end[step] = now
         m_ptr[step + 1] = n_mem
@@ -295,6 +356,17 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
                     group_cached[group[r]] = True
                     blocks[r] -= shared_blocks  # now owned by the cache, resident
                     shared_used[r] = shared_blocks
+                p = prompt[r]
+                full = input_len[r] // block_size  # the prompt's full blocks, now computed
+                if (p >= 0 and not holds[r] and pc[p] == 0 and pref[p] == 0
+                        and shared_used[r] == shared_blocks and full > shared_blocks
+                        and computed[r] >= full * block_size):
+                    pc[p] = full - shared_blocks  # now owned by the prompt's cache
+                    plen[p] = input_len[r]
+                    pref[p] = 1
+                    holds[r] = True
+                    blocks[r] -= pc[p]
+                    shared_used[r] = full
                 if computed[r] >= input_len[r] + n_out[r]:  # reached the frontier: sample
                     n_out[r] += 1
                     if first[r] < 0:
@@ -304,6 +376,12 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, order,
                         state[r] = _DONE
                         free += blocks[r]
                         blocks[r] = 0
+                        if holds[r]:
+                            holds[r] = False
+                            pref[p] -= 1
+                            if pref[p] == 0:
+                                evictable += pc[p]
+                                plru[p] = step
                         n_live -= 1
                         continue
             running[k] = r

@@ -27,13 +27,22 @@ arrival.
 
 Simplifications (each measured or argued to be small here):
 
-* Prefix caching: a request's shared system prompt (``system_prompt_len`` tokens, the full
-  16-token blocks of it) hits the cache once any earlier request of its prompt group has
-  computed it; groups are assigned round-robin (``requests.json`` leaves them empty, data
-  README trap 5) and input lengths do not grow across turns (trap 8). Cached prefix blocks
-  stay resident (vLLM may evict them LRU; the pinned total is under 2 % of the pool).
+* Prefix caching, of whole prompts: the measured runs cycle through a pool of 100
+  prompts (``evaluator/prompts.py`` infers it from the input lengths), so a request that
+  repeats a prompt still cached hits all its full 16-token blocks but the last token
+  (vLLM's cap), as the engine's sampled steps show (15 computed prompt tokens per request,
+  where the replica computes 15-16; ``tests/evaluator/test_prompts.py``). A prompt's blocks
+  are cached once its first request has computed them; nobody holding them, they are
+  evicted whole, least recently released first, only when an allocation needs them (vLLM
+  evicts block by block from one free queue in release order, which can evict a prompt
+  earlier while the pool has room). A shared system prompt (``system_prompt_len``
+  tokens, groups tied to the prompt) hits for a prompt's first request and stays
+  resident (under 2 % of the pool). ``--no-prompt-cache`` (``run.prompt_cache``) caches
+  the system prompts only, as evolve did before 2026-11-27. Input lengths do not grow
+  across turns (data README trap 8).
 * A preempted request recomputes its prompt and generated tokens as one prefill (vLLM's
-  recompute preemption); its prefix hit is the shared prompt only.
+  recompute preemption); its prefix hit is its prompt (generated blocks, which vLLM also
+  keeps cached until evicted, are not).
 * Async scheduling, CUDA-graph padding, detokenisation and the API server are not
   simulated as such: their cost is whatever the step-time model and the E2E-only constants
   (``post_decode_us``, ``output_token_us``) and ``queueing_time`` absorb.
@@ -115,8 +124,8 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
     out = _run(model.scalar_fn, consts, scenario.arch_vector, np.ascontiguousarray(entry),
                np.ascontiguousarray(deadline), scenario.input_tokens.astype(np.int64),
                scenario.output_tokens.astype(np.int64), scenario.prefix_group.astype(np.int64),
-               order, int(shared), sv.max_num_seqs, sv.max_batched_tokens, sv.block_size,
-               sv.kv_blocks, bool(record_members))
+               _prompts(scenario), order, int(shared), sv.max_num_seqs, sv.max_batched_tokens,
+               sv.block_size, sv.kv_blocks, bool(record_members))
     (n_steps, err, err_step, n_pre, stats, begin, end, admit, first, last, aborted,
      pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len) = out
     end_us = end[:n_steps].copy()
@@ -145,6 +154,13 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
         error = f"no request fits the KV pool at step {err_step}"
     metrics = metrics_from_times(scenario, corpus, corpus.end_us, consts, model, error)
     return SimResult(corpus=corpus, metrics=metrics, n_preemptions=int(n_pre), error=error)
+
+
+def _prompts(scenario: Scenario) -> np.ndarray:
+    """Per request, the id of the prompt it repeats (-1: none, or prompt caching off)."""
+    if scenario.prompt_id is None:
+        return np.full(scenario.n_requests, -1, dtype=np.int64)
+    return np.ascontiguousarray(scenario.prompt_id, dtype=np.int64)
 
 
 def _unsimulated(scenario: Scenario, model, consts: np.ndarray, error: str) -> SimResult:

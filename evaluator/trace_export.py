@@ -11,7 +11,10 @@ without them it is off by +3-13 % E2E and +9-34 % TTFT):
   lengths as simulated (the load profile's ``output_len``, not the client's counts);
 * the shared-prefix groups as the loader assigns them: ``prefix_group`` names the group,
   ``prefix_length`` is the system prompt, and ``input_tokens`` is the rest of the prompt
-  (BLIS prepends the group's prefix, as ``blis observe`` records it);
+  (BLIS prepends the group's prefix, as ``blis observe`` records it); where requests repeat
+  whole prompts (:mod:`evaluator.prompts`), one group per prompt with ``prefix_length`` =
+  the prompt less one token and ``input_tokens`` = 1, so BLIS shares the prompt's full
+  blocks as vLLM does (``evolve ingest`` reads such a trace back as repeated prompts);
 * ``deadline_us`` = arrival + the client timeout (300 s): in replay 0 means *no* timeout,
   unlike BLIS's generated workloads;
 * ``send_time_us`` = arrival (BLIS injects a request at its send time when it has one),
@@ -54,9 +57,14 @@ def scenario_trace(sc: Scenario) -> tuple[dict[str, Any], dict[str, Any]]:
     """(header, columns) of the TraceV2 pair for ``sc``: every request, as simulated."""
     n = sc.n_requests
     arrival = np.rint(sc.arrival_us).astype(np.int64)
-    plen = sc.system_prompt_len if sc.n_prefix_groups > 0 else 0
-    grouped = (sc.input_tokens >= plen) if plen > 0 else np.zeros(n, dtype=bool)
-    names = np.where(grouped, np.char.add("prompt-", sc.prefix_group.astype(str)), "")
+    if sc.prompt_id is not None:  # one group per repeated prompt, all of it shared
+        grouped = np.ones(n, dtype=bool)
+        names = np.char.add("prompt-", sc.prompt_id.astype(str))
+        plen: np.ndarray | int = sc.input_tokens - 1
+    else:
+        plen = sc.system_prompt_len if sc.n_prefix_groups > 0 else 0
+        grouped = (sc.input_tokens >= plen) if plen > 0 else np.zeros(n, dtype=bool)
+        names = np.where(grouped, np.char.add("prompt-", sc.prefix_group.astype(str)), "")
     m = sc.measured
     status = list(sc.meta.get("status") or [])
     if len(status) != n:

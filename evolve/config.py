@@ -65,6 +65,9 @@ class RunSection:
         "doc": "experiment names to load; empty = all"})
     head_seconds: float = _doc(
         0.0, "cut every run to the requests of its first N seconds (tests, demos); 0 = full")
+    prompt_cache: bool = _doc(True, "simulate vLLM's prefix caching of whole repeated "
+                              "prompts (inferred from the input lengths; "
+                              "evaluator/prompts.py); false = the shared system prompts only")
     archive: str = _doc("archive.db", "archive: SQLite file path or SQLAlchemy URL, e.g. "
                         "postgresql://user@host/db (not stored with the run)")
     seeds_dir: str = _doc("", "directory of seed programs *.py; empty = the project's seeds/")

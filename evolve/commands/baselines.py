@@ -18,6 +18,9 @@ HELP = "closed-loop scores of the published models on every measured run"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
+    parser.add_argument("--no-prompt-cache", action="store_true",
+                        help="cache only the shared system prompts, not whole repeated "
+                             "prompts as vLLM does (evaluator/prompts.py)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--only", choices=["trained-physics", "roofline", "linear"],
                         action="append", help="run only these baselines (repeatable)")
@@ -26,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator, baseline_models
 
-    ev = Evaluator.from_data(args.data)
+    ev = Evaluator.from_data(args.data, prompt_cache=not args.no_prompt_cache)
     fits = "" if args.only and "linear" not in args.only else "fitting the linear baseline and "
     print(f"loaded {len(ev.scenarios)} runs; {fits}simulating...", file=sys.stderr)
     out: dict[str, dict[str, dict]] = {}

@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wall-time", type=float, metavar="S",
                         help="stop cleanly after the first complete generation past S seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-prompt-cache", action="store_true",
+                        help="cache only the shared system prompts, not whole repeated "
+                             "prompts as vLLM does (run.prompt_cache)")
     parser.add_argument("--transfer", type=float, metavar="W",
                         help="price transfer to models the constants never saw in the search "
                         "loss with weight W (fit.transfer_weight; docs/selection.md)")
@@ -87,6 +90,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
         out["fit"]["transfer_weight"] = args.transfer
     if args.no_progress:
         out["run"]["progress"] = False
+    if args.no_prompt_cache:
+        out["run"]["prompt_cache"] = False
     if args.force_workers:
         out["run"]["force_workers"] = True
     if args.ray_address and args.executor is None:  # an address means Ray

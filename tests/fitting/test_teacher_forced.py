@@ -117,7 +117,7 @@ def test_prior_holds_constants_near_their_declared_values(refreshed):
     names = refreshed.names()
     box_dist = []
     fits = []
-    for strength in (0.0, 0.3, 30.0):
+    for strength in (0.0, 3.0, 30.0):  # 0.3 is within CMA-ES's noise of 0 on some corpora
         r = fit_program(p, refreshed, names, "global", seed=11, max_evals=250,
                         prior_strength=strength)
         x = np.array([r.groups["global"][n] for n in p.const_names])
@@ -128,5 +128,5 @@ def test_prior_holds_constants_near_their_declared_values(refreshed):
     assert box_dist[2] < 0.02
     assert fits[0].loss <= fits[2].loss  # unpenalised fit reaches the lowest training loss
     again = fit_program(p, refreshed, names, "global", seed=11, max_evals=250,
-                        prior_strength=0.3)
+                        prior_strength=3.0)
     assert again.groups == fits[1].groups

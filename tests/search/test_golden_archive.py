@@ -48,8 +48,10 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 # teacher-forced fits judged closed loop. Then, with no change of behaviour (the previous
 # digest, 6cb5ff48..., is what the old definition still gives), by the digest leaving out
 # how LLM replies were obtained (endpoint or cassette: INFORMATIONAL_CONFIG), so that a
-# recorded run and its replay compare equal.
-GOLDEN = "09cb592ac07c4fa2e99213deb9df1759045158b4d9eee2d829d7f940a7b6810e"
+# recorded run and its replay compare equal. Then by the simulator caching whole repeated
+# prompts (run.prompt_cache, evaluator/prompts.py: vLLM computed ~15 prompt tokens per
+# request where the replica computed ~480).
+GOLDEN = "94cee580e83ef44cc31347c5094d0bbb4738846ff5a4c58b7d47f1eadd2d91d9"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
