@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numba as nb
@@ -151,3 +152,22 @@ def test_prefill_per_request_as_the_engine_measured(all_scenarios, name):
         per_req[label] = st[STAT_INDEX["prefill_tokens"]].sum() / s.n_requests
     assert per_req["prompts"] < 25
     assert per_req["system"] > 400
+
+
+def test_the_loader_and_the_commands_switch_prompt_caching(data_path, capsys):
+    from evaluator.api import load_scenarios
+    from evolve.cli import main
+
+    name = "20260218-150956-codellama-34b-tp2-codegen"
+    (on,) = load_scenarios(data_path, [name])
+    (off,) = load_scenarios(data_path, [name], prompt_cache=False)
+    assert on.prompt_id is not None and off.prompt_id is None
+    assert main(["data", "--data", str(data_path), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)["experiments"]
+    assert all(100 <= e["prompts"] <= 210 for e in listing)  # the pool, and stray lengths
+    ttft = {}
+    for flags in ([], ["--no-prompt-cache"]):
+        assert main(["validate", "linear", "--split", "validate", "--json", "--no-plots",
+                     "--data", str(data_path), *flags]) == 0
+        ttft[bool(flags)] = json.loads(capsys.readouterr().out)["runs"][name]["pred"]["ttft_mean"]
+    assert ttft[False] < ttft[True]  # the cached prompts skip most of their prefill
