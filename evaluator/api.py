@@ -102,12 +102,13 @@ class Evaluator:
 
     @classmethod
     def from_data(cls, data: str | None = None, names: list[str] | None = None,
-                  prompt_cache: bool = True) -> Evaluator:
+                  prompt_cache: bool = True, async_scheduling: bool = False) -> Evaluator:
         """The scenarios of a data directory; one with none is an error (every command
         that loads one would print an empty table and exit 0). ``prompt_cache``: simulate
         vLLM's prefix caching of whole repeated prompts (:mod:`evaluator.prompts`); off,
-        only the shared system prompts are cached."""
-        scenarios = load_scenarios(data, names, prompt_cache)
+        only the shared system prompts are cached. ``async_scheduling``: a busy engine forms
+        each step while the previous one runs (vLLM's default since 0.14)."""
+        scenarios = load_scenarios(data, names, prompt_cache, async_scheduling)
         if not scenarios:
             raise DataError(f"{data_dir(data) / 'experiments'}: no experiments (`evolve "
                             "ingest` writes them; `evolve data` lists a directory)")

@@ -235,11 +235,13 @@ def experiment_dirs(data: str | os.PathLike[str] | None = None) -> list[Path]:
 
 
 def load_scenarios(data: str | os.PathLike[str] | None = None,
-                   names: list[str] | None = None, prompt_cache: bool = True) -> list[Scenario]:
+                   names: list[str] | None = None, prompt_cache: bool = True,
+                   async_scheduling: bool = False) -> list[Scenario]:
     """Every experiment under ``<data>/experiments`` (bundled or ingested), or the named ones.
 
     ``prompt_cache``: requests that repeat a prompt hit vLLM's prefix cache for all of it
-    (:func:`evaluator.prompts.with_prompt_cache`); off, only shared system prompts do."""
+    (:func:`evaluator.prompts.with_prompt_cache`); off, only shared system prompts do.
+    ``async_scheduling``: simulate vLLM's async scheduling (``evaluator/simulator.py``)."""
     root = data_dir(data)
     dirs = experiment_dirs(root)
     if names is not None:
@@ -260,7 +262,7 @@ def load_scenarios(data: str | os.PathLike[str] | None = None,
             sc = replace(sc, prompt_id=None)
         elif sc.prompt_id is None:
             sc = with_prompt_cache(sc)
-        out.append(sc)
+        out.append(replace(sc, async_scheduling=async_scheduling))
     return out
 
 

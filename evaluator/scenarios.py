@@ -165,6 +165,8 @@ class Scenario:
     # Per request, the prompt it repeats (evaluator.prompts); None: only the shared system
     # prompt is cached.
     prompt_id: np.ndarray | None = field(default=None, compare=False)
+    # vLLM's async scheduling: a step is formed while the previous one runs (simulator.py)
+    async_scheduling: bool = field(default=False, compare=False)
 
     @property
     def n_requests(self) -> int:

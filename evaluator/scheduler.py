@@ -31,7 +31,7 @@ _RUN_SIG = nb.types.Tuple((
     i8a, i8a, i8a, nb.boolean[::1], i8a, i8a,  # admit, first, last, aborted, preempts, kv
     i8a, nb.int32[::1], nb.int32[::1], nb.int32[::1], nb.boolean[::1], nb.int32[::1],
 ))(STEP_FN_TYPE, f8a, f8a, f8a, f8a, i8a, i8a, i8a, i8a, i8a,
-  nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean)
+  nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean, nb.boolean)
 
 
 @nb.njit(cache=True)
@@ -67,7 +67,7 @@ def _evict(need, free, evictable, pc, pref, plru):
 
 @nb.njit(_RUN_SIG, cache=True)
 def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt, order,
-         shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record):
+         shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap):
     n = entry.shape[0]
     state = np.zeros(n, np.int64)
     computed = np.zeros(n, np.int64)
@@ -223,6 +223,11 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
             budget -= new
             i += 1
 
+        # Async scheduling (``overlap``): a busy engine formed this step as the previous
+        # one began, so only requests that had arrived by then can join it.
+        cutoff = now
+        if overlap and n_s > 0 and step > 0 and now <= end[step - 1]:
+            cutoff = begin[step - 1]
         if not preempted:
             while w_len > 0 and budget > 0 and n_run < max_seqs:
                 r = waitq[w_head]
@@ -230,6 +235,8 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                     w_head = (w_head + 1) % (n + 1)
                     w_len -= 1
                     continue
+                if entry[r] > cutoff:
+                    break
                 hit = 0
                 p = prompt[r]
                 use_p = False

@@ -43,8 +43,14 @@ Simplifications (each measured or argued to be small here):
 * A preempted request recomputes its prompt and generated tokens as one prefill (vLLM's
   recompute preemption); its prefix hit is its prompt (generated blocks, which vLLM also
   keeps cached until evicted, are not).
-* Async scheduling, CUDA-graph padding, detokenisation and the API server are not
-  simulated as such: their cost is whatever the step-time model and the E2E-only constants
+* Async scheduling (vLLM's default since 0.14) is opt-in (``--async-scheduling``,
+  ``run.async_scheduling``): a busy engine forms each step as the previous one begins, so
+  a request arriving meanwhile joins a step later (an idle engine schedules it at once).
+  Measured TTFT is 2.5-3.5 step periods at light load, about one more than the replica
+  without it gives; off by default until a regenerated study says what it does to the
+  search (the `layered` rule's leave-one-model-out, fitting seed 7: 8 of 12 with and
+  without it). CUDA-graph padding, detokenisation and the API server are not simulated as
+  such: their cost is whatever the step-time model and the E2E-only constants
   (``post_decode_us``, ``output_token_us``) and ``queueing_time`` absorb.
 * A step's duration depends on its batch only (BLIS's ``StepTime`` signature). Measured
   against that, on the one overloaded run of the validate split (Mixtral ``reasoning``):
@@ -125,7 +131,8 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
                np.ascontiguousarray(deadline), scenario.input_tokens.astype(np.int64),
                scenario.output_tokens.astype(np.int64), scenario.prefix_group.astype(np.int64),
                _prompts(scenario), order, int(shared), sv.max_num_seqs, sv.max_batched_tokens,
-               sv.block_size, sv.kv_blocks, bool(record_members))
+               sv.block_size, sv.kv_blocks, bool(record_members),
+               bool(scenario.async_scheduling))
     (n_steps, err, err_step, n_pre, stats, begin, end, admit, first, last, aborted,
      pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len) = out
     end_us = end[:n_steps].copy()

@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="cache only the shared system prompts, not whole repeated "
                              "prompts as vLLM does (evaluator/prompts.py)")
+    parser.add_argument("--async-scheduling", action="store_true",
+                        help="simulate vLLM's async scheduling: a busy engine forms each step "
+                             "as the previous one begins (evaluator/simulator.py)")
     parser.add_argument("--seed", type=int, default=7, help="fitting seed")
     parser.add_argument("--max-evals", type=int, default=3000,
                         help="teacher-forced evaluations per fold (default: %(default)s; at "
@@ -82,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from evolve.fitting import const_map
 
     program, groups, label = load_target(args)
-    ev = Evaluator.from_data(args.data, prompt_cache=not args.no_prompt_cache)
+    ev = Evaluator.from_data(args.data, prompt_cache=not args.no_prompt_cache,
+                             async_scheduling=args.async_scheduling)
     note_roofline_kernels(program, ev.scenarios)
     if args.constants:
         check_groups(groups, ev.scenarios, f"--constants {args.constants}")

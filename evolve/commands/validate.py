@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="cache only the shared system prompts, not whole repeated "
                              "prompts as vLLM does (evaluator/prompts.py)")
+    parser.add_argument("--async-scheduling", action="store_true",
+                        help="simulate vLLM's async scheduling: a busy engine forms each step "
+                             "as the previous one begins (evaluator/simulator.py)")
     parser.add_argument("--split", default="all", choices=["all", "train", "validate", "test"],
                         help="which runs to simulate")
     parser.add_argument("--out", help="directory for the plots (default: runs/validate)")
@@ -66,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:  # an unwritable --out is found now, not after the simulations
         output_dir(args.out, "--out")
     program, groups, label = load_target(args)
-    ev = Evaluator.from_data(args.data, prompt_cache=not args.no_prompt_cache)
+    ev = Evaluator.from_data(args.data, prompt_cache=not args.no_prompt_cache,
+                             async_scheduling=args.async_scheduling)
     note_roofline_kernels(program, ev.scenarios)
     names = ev.names(None if args.split == "all" else args.split)
     if not names:  # validate() reads no names as "every run"

@@ -21,7 +21,8 @@ PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
 def load_evaluator(cfg: Config) -> Evaluator:
     """The run's scenarios (optionally cut to their first ``head_seconds``)."""
     ev = Evaluator.from_data(cfg.run.data or None, list(cfg.run.scenarios) or None,
-                             prompt_cache=cfg.run.prompt_cache)
+                             prompt_cache=cfg.run.prompt_cache,
+                             async_scheduling=cfg.run.async_scheduling)
     if cfg.run.head_seconds > 0:
         ev = Evaluator([s.head(cfg.run.head_seconds) for s in ev.scenarios])
     return ev

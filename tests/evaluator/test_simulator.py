@@ -170,3 +170,20 @@ def test_bad_queueing_time_is_reported_not_raised(data_path):
     res = simulate(sc, step_model(p), p.init_vector())
     assert not res.metrics.valid and "queueing_time is not finite and non-negative" in res.error
     assert res.metrics.reason == res.error
+
+
+def test_async_scheduling_delays_a_request_arriving_mid_step_by_one_step(data_path):
+    """vLLM's async scheduling forms a step as the previous one begins: B, arriving while
+    step 2 runs (1.0-2.0 ms), misses step 3 (formed at 1.0 ms) and is prefilled in step 4."""
+    from dataclasses import replace
+
+    sc = _scenario(data_path, [0.0, 1500.0], [100, 100], [20, 3])
+    d = np.array([1000.0])
+    sync = simulate(sc, CONST, d).corpus
+    overlap = simulate(replace(sc, async_scheduling=True), CONST, d).corpus
+    assert sync.end_us[sync.first_step[1]] == pytest.approx(3000.0)
+    assert overlap.end_us[overlap.first_step[1]] == pytest.approx(4000.0)
+    # an idle engine schedules an arrival at once, as without it
+    lone = _scenario(data_path, [0.0, 1e6], [100, 100], [2, 2])
+    idle = simulate(replace(lone, async_scheduling=True), CONST, d).corpus
+    assert idle.end_us[idle.first_step[1]] == pytest.approx(1e6 + 1000.0)
