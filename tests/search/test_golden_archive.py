@@ -50,8 +50,9 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 # how LLM replies were obtained (endpoint or cassette: INFORMATIONAL_CONFIG), so that a
 # recorded run and its replay compare equal. Then by the simulator caching whole repeated
 # prompts (run.prompt_cache, evaluator/prompts.py: vLLM computed ~15 prompt tokens per
-# request where the replica computed ~480).
-GOLDEN = "94cee580e83ef44cc31347c5094d0bbb4738846ff5a4c58b7d47f1eadd2d91d9"
+# request where the replica computed ~480). Then, with no change of behaviour, by the run's
+# stored config gaining run.async_scheduling (false; the previous digest was 94cee580...).
+GOLDEN = "0e927c800ef6bf40ffbd851d31be5f3b6c67aa414249eb260718b8a42eed8109"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
