@@ -52,9 +52,10 @@ Simplifications (each measured or argued to be small here):
   scheduling the replica gives 1.5 steps and a constant ``queueing_time`` must stand for
   the rest, too short at a slow stage and too long at a fast one. Off by default until a
   regenerated study says what it does to the search (the `layered` rule's
-  leave-one-model-out, fitting seed 7: 8 of 12 with and without it). CUDA-graph padding, detokenisation and the API server are not simulated as
-  such: their cost is whatever the step-time model and the E2E-only constants
-  (``post_decode_us``, ``output_token_us``) and ``queueing_time`` absorb.
+  leave-one-model-out, fitting seed 7: 8 of 12 with and without it).
+* CUDA-graph padding, detokenisation and the API server are not simulated as such: their
+  cost is whatever the step-time model and the E2E-only constants (``post_decode_us``,
+  ``output_token_us``) and ``queueing_time`` absorb.
 * A step's duration depends on its batch only (BLIS's ``StepTime`` signature). Measured
   against that, on the one overloaded run of the validate split (Mixtral ``reasoning``):
   with the batch full (127-128 running) from the first minute on, the decode interval of
