@@ -65,6 +65,20 @@ def _evict(need, free, evictable, pc, pref, plru):
     return free, evictable
 
 
+@nb.njit(cache=True)
+def _release(r, prompt, holds, pref, pc, plru, step, evictable):
+    """Request ``r`` stops holding its prompt's cache (finished, aborted, preempted); the
+    cache becomes evictable when nobody holds it. Returns ``evictable``."""
+    if holds[r]:
+        holds[r] = False
+        p = prompt[r]
+        pref[p] -= 1
+        if pref[p] == 0:
+            evictable += pc[p]
+            plru[p] = step
+    return evictable
+
+
 @nb.njit(_RUN_SIG, cache=True)
 def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt, order,
          shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap):
@@ -150,12 +164,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                             running[k] = running[j]
                             k += 1
                     n_run = k
-                    if holds[r]:
-                        holds[r] = False
-                        pref[prompt[r]] -= 1
-                        if pref[prompt[r]] == 0:
-                            evictable += pc[prompt[r]]
-                            plru[prompt[r]] = step
+                    evictable = _release(r, prompt, holds, pref, pc, plru, step, evictable)
                 free += blocks[r]
                 blocks[r] = 0
                 state[r] = _ABORTED
@@ -195,12 +204,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                 blocks[v] = 0
                 computed[v] = 0
                 shared_used[v] = 0
-                if holds[v]:
-                    holds[v] = False
-                    pref[prompt[v]] -= 1
-                    if pref[prompt[v]] == 0:
-                        evictable += pc[prompt[v]]
-                        plru[prompt[v]] = step
+                evictable = _release(v, prompt, holds, pref, pc, plru, step, evictable)
                 seq_len[v] = input_len[v] + n_out[v]
                 state[v] = _WAITING
                 w_head = (w_head - 1) % (n + 1)
@@ -383,12 +387,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                         state[r] = _DONE
                         free += blocks[r]
                         blocks[r] = 0
-                        if holds[r]:
-                            holds[r] = False
-                            pref[p] -= 1
-                            if pref[p] == 0:
-                                evictable += pc[p]
-                                plru[p] = step
+                        evictable = _release(r, prompt, holds, pref, pc, plru, step, evictable)
                         n_live -= 1
                         continue
             running[k] = r

@@ -11,12 +11,33 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from evolve.errors import UserError
 from evolve.language import Program
 
 SEEDS_DIR = Path(__file__).resolve().parents[1] / "seeds"
+
+
+def add_simulator_flags(parser: argparse.ArgumentParser) -> None:
+    """The simulator switches every command that simulates the measured runs takes."""
+    parser.add_argument("--no-prompt-cache", action="store_true",
+                        help="cache only the shared system prompts, not whole repeated "
+                             "prompts as vLLM does (evaluator/prompts.py)")
+    parser.add_argument("--async-scheduling", action="store_true",
+                        help="simulate vLLM's async scheduling: a busy engine forms each step "
+                             "as the previous one begins (evaluator/simulator.py)")
+
+
+class SimulatorOptions(TypedDict):
+    prompt_cache: bool
+    async_scheduling: bool
+
+
+def simulator_options(args: argparse.Namespace) -> SimulatorOptions:
+    """``add_simulator_flags``' values as the loader's keyword arguments."""
+    return {"prompt_cache": not args.no_prompt_cache,
+            "async_scheduling": args.async_scheduling}
 
 
 def available_seeds() -> list[str]:

@@ -12,18 +12,14 @@ import json
 import sys
 
 from evolve.reporting import num, pct, table
+from evolve.targets import add_simulator_flags, simulator_options
 
 HELP = "closed-loop scores of the published models on every measured run"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
-    parser.add_argument("--no-prompt-cache", action="store_true",
-                        help="cache only the shared system prompts, not whole repeated "
-                             "prompts as vLLM does (evaluator/prompts.py)")
-    parser.add_argument("--async-scheduling", action="store_true",
-                        help="simulate vLLM's async scheduling: a busy engine forms each step "
-                             "as the previous one begins (evaluator/simulator.py)")
+    add_simulator_flags(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--only", choices=["trained-physics", "roofline", "linear"],
                         action="append", help="run only these baselines (repeatable)")
@@ -32,8 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator, baseline_models
 
-    ev = Evaluator.from_data(args.data, prompt_cache=not args.no_prompt_cache,
-                             async_scheduling=args.async_scheduling)
+    ev = Evaluator.from_data(args.data, **simulator_options(args))
     fits = "" if args.only and "linear" not in args.only else "fitting the linear baseline and "
     print(f"loaded {len(ev.scenarios)} runs; {fits}simulating...", file=sys.stderr)
     out: dict[str, dict[str, dict]] = {}

@@ -28,10 +28,12 @@ from evolve.codegen import step_model
 from evolve.errors import UserError
 from evolve.targets import (
     SEEDS_DIR,
+    add_simulator_flags,
     available_seeds,
     note_roofline_kernels,
     output_file,
     program_file,
+    simulator_options,
     write_file,
 )
 
@@ -49,12 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7, help="fitting seed (default: 7)")
     parser.add_argument("--data", metavar="DIR",
                         help="data directory (default: $EVOLVE_DATA or ../shared/data)")
-    parser.add_argument("--no-prompt-cache", action="store_true",
-                        help="cache only the shared system prompts, not whole repeated "
-                             "prompts as vLLM does (evaluator/prompts.py)")
-    parser.add_argument("--async-scheduling", action="store_true",
-                        help="simulate vLLM's async scheduling: a busy engine forms each step "
-                             "as the previous one begins (evaluator/simulator.py)")
+    add_simulator_flags(parser)
     parser.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS, metavar="N",
                         help=f"loss evaluations per constant group (default: {DEFAULT_MAX_EVALS})")
     parser.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS, metavar="N",
@@ -150,8 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if args.save_constants:  # an unwritable path is found now, not after the fit
         output_file(args.save_constants, "--save-constants")
     program, path = load_program(args.program)
-    scenarios = load_scenarios(args.data, prompt_cache=not args.no_prompt_cache,
-                               async_scheduling=args.async_scheduling)
+    scenarios = load_scenarios(args.data, **simulator_options(args))
     if args.head_seconds is not None:
         scenarios = [s.head(args.head_seconds) for s in scenarios]
     ev = Evaluator(scenarios)

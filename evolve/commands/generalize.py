@@ -24,7 +24,14 @@ from evolve.config import FitSection
 from evolve.errors import UserError
 from evolve.heldout import normal_within
 from evolve.reporting import table
-from evolve.targets import check_groups, infer_scope, load_target, note_roofline_kernels
+from evolve.targets import (
+    add_simulator_flags,
+    check_groups,
+    infer_scope,
+    load_target,
+    note_roofline_kernels,
+    simulator_options,
+)
 
 if TYPE_CHECKING:
     from evaluator.api import Evaluator
@@ -44,12 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--constants", help="JSON file {group: {name: value}}, or {name: value} "
                         "for one global set, for a program file")
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
-    parser.add_argument("--no-prompt-cache", action="store_true",
-                        help="cache only the shared system prompts, not whole repeated "
-                             "prompts as vLLM does (evaluator/prompts.py)")
-    parser.add_argument("--async-scheduling", action="store_true",
-                        help="simulate vLLM's async scheduling: a busy engine forms each step "
-                             "as the previous one begins (evaluator/simulator.py)")
+    add_simulator_flags(parser)
     parser.add_argument("--seed", type=int, default=7, help="fitting seed")
     parser.add_argument("--max-evals", type=int, default=3000,
                         help="teacher-forced evaluations per fold (default: %(default)s; at "
@@ -85,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.fitting import const_map
 
     program, groups, label = load_target(args)
-    ev = Evaluator.from_data(args.data, prompt_cache=not args.no_prompt_cache,
-                             async_scheduling=args.async_scheduling)
+    ev = Evaluator.from_data(args.data, **simulator_options(args))
     note_roofline_kernels(program, ev.scenarios)
     if args.constants:
         check_groups(groups, ev.scenarios, f"--constants {args.constants}")

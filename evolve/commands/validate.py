@@ -19,7 +19,15 @@ from pathlib import Path
 
 from evolve.codegen import step_model
 from evolve.reporting import table
-from evolve.targets import infer_scope, load_target, note_roofline_kernels, output_dir, scope_of
+from evolve.targets import (
+    add_simulator_flags,
+    infer_scope,
+    load_target,
+    note_roofline_kernels,
+    output_dir,
+    scope_of,
+    simulator_options,
+)
 
 HELP = "closed-loop validation of a program against every measured run"
 
@@ -30,12 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--archive", default="archive.db", help="archive path")
     parser.add_argument("--run", type=int, help="archive run whose constants to use")
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
-    parser.add_argument("--no-prompt-cache", action="store_true",
-                        help="cache only the shared system prompts, not whole repeated "
-                             "prompts as vLLM does (evaluator/prompts.py)")
-    parser.add_argument("--async-scheduling", action="store_true",
-                        help="simulate vLLM's async scheduling: a busy engine forms each step "
-                             "as the previous one begins (evaluator/simulator.py)")
+    add_simulator_flags(parser)
     parser.add_argument("--split", default="all", choices=["all", "train", "validate", "test"],
                         help="which runs to simulate")
     parser.add_argument("--out", help="directory for the plots (default: runs/validate)")
@@ -69,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:  # an unwritable --out is found now, not after the simulations
         output_dir(args.out, "--out")
     program, groups, label = load_target(args)
-    ev = Evaluator.from_data(args.data, prompt_cache=not args.no_prompt_cache,
-                             async_scheduling=args.async_scheduling)
+    ev = Evaluator.from_data(args.data, **simulator_options(args))
     note_roofline_kernels(program, ev.scenarios)
     names = ev.names(None if args.split == "all" else args.split)
     if not names:  # validate() reads no names as "every run"
