@@ -102,7 +102,7 @@ class Evaluator:
 
     @classmethod
     def from_data(cls, data: str | None = None, names: list[str] | None = None,
-                  prompt_cache: bool = True, async_scheduling: bool = False) -> Evaluator:
+                  prompt_cache: bool = True, async_scheduling: bool = True) -> Evaluator:
         """The scenarios of a data directory; one with none is an error (every command
         that loads one would print an empty table and exit 0). ``prompt_cache``: simulate
         vLLM's prefix caching of whole repeated prompts (:mod:`evaluator.prompts`); off,

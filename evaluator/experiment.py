@@ -236,7 +236,7 @@ def experiment_dirs(data: str | os.PathLike[str] | None = None) -> list[Path]:
 
 def load_scenarios(data: str | os.PathLike[str] | None = None,
                    names: list[str] | None = None, prompt_cache: bool = True,
-                   async_scheduling: bool = False) -> list[Scenario]:
+                   async_scheduling: bool = True) -> list[Scenario]:
     """Every experiment under ``<data>/experiments`` (bundled or ingested), or the named ones.
 
     ``prompt_cache``: requests that repeat a prompt hit vLLM's prefix cache for all of it

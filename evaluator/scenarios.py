@@ -166,7 +166,7 @@ class Scenario:
     # prompt is cached.
     prompt_id: np.ndarray | None = field(default=None, compare=False)
     # vLLM's async scheduling: a step is formed while the previous one runs (simulator.py)
-    async_scheduling: bool = field(default=False, compare=False)
+    async_scheduling: bool = field(default=True, compare=False)
 
     @property
     def n_requests(self) -> int:

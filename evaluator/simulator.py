@@ -43,16 +43,16 @@ Simplifications (each measured or argued to be small here):
 * A preempted request recomputes its prompt and generated tokens as one prefill (vLLM's
   recompute preemption); its prefix hit is its prompt (generated blocks, which vLLM also
   keeps cached until evicted, are not).
-* Async scheduling (vLLM's default since 0.14) is opt-in (``--async-scheduling``,
-  ``run.async_scheduling``): a busy engine forms each step as the previous one begins, so
-  a request arriving meanwhile joins a step later (an idle engine schedules it at once).
-  Measured, mean TTFT is 3.0-3.5 mean decode intervals in every load stage of the 12
-  normal runs but one (Llama-2-70B ``general`` at 20 rps: 5.5): half a step waiting, the
-  step already formed, the prefill step, and the output's way back; without async
-  scheduling the replica gives 1.5 steps and a constant ``queueing_time`` must stand for
-  the rest, too short at a slow stage and too long at a fast one. Off by default until a
-  regenerated study says what it does to the search (the `layered` rule's
-  leave-one-model-out, fitting seed 7: 8 of 12 with and without it).
+* Async scheduling (vLLM's default since 0.14) is simulated by default
+  (``--no-async-scheduling``, ``run.async_scheduling``, turns it off): a busy engine forms
+  each step as the previous one begins, so a request arriving meanwhile joins a step later
+  (an idle engine schedules it at once). Measured, mean TTFT is 3.0-3.5 mean decode
+  intervals in every load stage of the 12 normal runs but one (Llama-2-70B ``general`` at
+  20 rps: 5.5): half a step waiting, the step already formed, the prefill step, and the
+  output's way back; without async scheduling the replica gives 1.5 steps and a constant
+  ``queueing_time`` must stand for the rest, too short at a slow stage and too long at a
+  fast one, and a fit then buys the TTFT of the fast stages with step time (the
+  ``layered`` rule, measured: docs/selection.md).
 * CUDA-graph padding, detokenisation and the API server are not simulated as such: their
   cost is whatever the step-time model and the E2E-only constants (``post_decode_us``,
   ``output_token_us``) and ``queueing_time`` absorb.

@@ -68,10 +68,11 @@ class RunSection:
     prompt_cache: bool = _doc(True, "simulate vLLM's prefix caching of whole repeated "
                               "prompts (inferred from the input lengths; "
                               "evaluator/prompts.py); false = the shared system prompts only")
-    async_scheduling: bool = _doc(False, "simulate vLLM's async scheduling (default since "
+    async_scheduling: bool = _doc(True, "simulate vLLM's async scheduling (default since "
                                   "vLLM 0.14): a busy engine forms each step as the previous "
                                   "one begins, so a request arriving meanwhile waits a step "
-                                  "longer (evaluator/simulator.py)")
+                                  "longer (evaluator/simulator.py); false = form each step "
+                                  "when the previous one ends")
     archive: str = _doc("archive.db", "archive: SQLite file path or SQLAlchemy URL, e.g. "
                         "postgresql://user@host/db (not stored with the run)")
     seeds_dir: str = _doc("", "directory of seed programs *.py; empty = the project's seeds/")

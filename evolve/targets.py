@@ -24,9 +24,9 @@ def add_simulator_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="cache only the shared system prompts, not whole repeated "
                              "prompts as vLLM does (evaluator/prompts.py)")
-    parser.add_argument("--async-scheduling", action="store_true",
-                        help="simulate vLLM's async scheduling: a busy engine forms each step "
-                             "as the previous one begins (evaluator/simulator.py)")
+    parser.add_argument("--no-async-scheduling", action="store_true",
+                        help="form each step when the previous one ends, not as it begins "
+                             "(vLLM's async scheduling, the default; evaluator/simulator.py)")
 
 
 class SimulatorOptions(TypedDict):
@@ -37,7 +37,7 @@ class SimulatorOptions(TypedDict):
 def simulator_options(args: argparse.Namespace) -> SimulatorOptions:
     """``add_simulator_flags``' values as the loader's keyword arguments."""
     return {"prompt_cache": not args.no_prompt_cache,
-            "async_scheduling": args.async_scheduling}
+            "async_scheduling": not args.no_async_scheduling}
 
 
 def available_seeds() -> list[str]:

@@ -53,8 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="cache only the shared system prompts, not whole repeated "
                              "prompts as vLLM does (run.prompt_cache)")
-    parser.add_argument("--async-scheduling", action="store_true",
-                        help="simulate vLLM's async scheduling (run.async_scheduling)")
+    parser.add_argument("--no-async-scheduling", action="store_true",
+                        help="form each step when the previous one ends, not as it begins "
+                             "(vLLM's async scheduling; run.async_scheduling)")
     parser.add_argument("--transfer", type=float, metavar="W",
                         help="price transfer to models the constants never saw in the search "
                         "loss with weight W (fit.transfer_weight; docs/selection.md)")
@@ -94,8 +95,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
         out["run"]["progress"] = False
     if args.no_prompt_cache:
         out["run"]["prompt_cache"] = False
-    if args.async_scheduling:
-        out["run"]["async_scheduling"] = True
+    if args.no_async_scheduling:
+        out["run"]["async_scheduling"] = False
     if args.force_workers:
         out["run"]["force_workers"] = True
     if args.ray_address and args.executor is None:  # an address means Ray

@@ -179,11 +179,11 @@ def test_async_scheduling_delays_a_request_arriving_mid_step_by_one_step(data_pa
 
     sc = _scenario(data_path, [0.0, 1500.0], [100, 100], [20, 3])
     d = np.array([1000.0])
-    sync = simulate(sc, CONST, d).corpus
-    overlap = simulate(replace(sc, async_scheduling=True), CONST, d).corpus
+    sync = simulate(replace(sc, async_scheduling=False), CONST, d).corpus
+    overlap = simulate(sc, CONST, d).corpus  # async scheduling is the default
     assert sync.end_us[sync.first_step[1]] == pytest.approx(3000.0)
     assert overlap.end_us[overlap.first_step[1]] == pytest.approx(4000.0)
     # an idle engine schedules an arrival at once, as without it
     lone = _scenario(data_path, [0.0, 1e6], [100, 100], [2, 2])
-    idle = simulate(replace(lone, async_scheduling=True), CONST, d).corpus
+    idle = simulate(lone, CONST, d).corpus
     assert idle.end_us[idle.first_step[1]] == pytest.approx(1e6 + 1000.0)

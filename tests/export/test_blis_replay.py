@@ -5,7 +5,8 @@ build the ``blis`` binary from BLIS's source at the pinned commit with all three
 documented edits (``scripts/build_blis.py``, GOPATH mode on Debian's Go libraries, nothing
 downloaded), ``evolve export-trace`` a 60-second slice of a bundled run, ``blis replay``
 it with the printed command, and compare with ``evolve validate`` on the same slice
-(ingested back). Mean E2E must agree within 0.5 %; BLIS's TTFT is ours plus
+(ingested back; BLIS forms each step when the previous one ends, so ours runs with
+``--no-async-scheduling``). Mean E2E must agree within 0.5 %; BLIS's TTFT is ours plus
 ``output_token_us`` (docs/blis.md, difference 6), within 1 %.
 
 Needs the BLIS git mirror (``$EVOLVE_BLIS_GIT``), Go, Debian's golang-*-dev packages
@@ -104,7 +105,7 @@ def test_blis_replay_agrees_with_evolve_validate(tmp_path, data_path, capsys):
                  "--model-short", "llama-2-7b"]) == 0
     capsys.readouterr()
     assert main(["validate", str(prog), "--constants", str(consts), "--data", str(data),
-                 "--json", "--no-plots"]) == 0
+                 "--json", "--no-plots", "--no-async-scheduling"]) == 0
     ours = json.loads(capsys.readouterr().out)["runs"]["slice"]
     assert ours["n_ok"] == len(res) > 1000  # every request completes in both
     e2e = np.mean([r["e2e_us"] for r in res]) / 1e6
