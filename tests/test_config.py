@@ -121,6 +121,16 @@ def test_print_config_is_documented_toml(capsys):
     assert "# run seed" in out
 
 
+def test_simulator_switches_reach_the_run_config(capsys):
+    """Async scheduling and whole-prompt caching are on unless a flag turns them off."""
+    assert main(["run", "--print-config"]) == 0
+    on = tomllib.loads(capsys.readouterr().out)["run"]
+    assert on["async_scheduling"] is True and on["prompt_cache"] is True
+    assert main(["run", "--print-config", "--no-async-scheduling", "--no-prompt-cache"]) == 0
+    off = tomllib.loads(capsys.readouterr().out)["run"]
+    assert off["async_scheduling"] is False and off["prompt_cache"] is False
+
+
 def test_cli_unknown_config_key(tmp_path, capsys):
     path = tmp_path / "bad.toml"
     path.write_text("[search]\nchilds = 3\n")
