@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from evolve.errors import UserError
+from evolve.targets import add_simulator_flags
 
 if TYPE_CHECKING:
     from evolve.config import Config
@@ -50,12 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wall-time", type=float, metavar="S",
                         help="stop cleanly after the first complete generation past S seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--no-prompt-cache", action="store_true",
-                        help="cache only the shared system prompts, not whole repeated "
-                             "prompts as vLLM does (run.prompt_cache)")
-    parser.add_argument("--no-async-scheduling", action="store_true",
-                        help="form each step when the previous one ends, not as it begins "
-                             "(vLLM's async scheduling; run.async_scheduling)")
+    add_simulator_flags(parser)  # as config keys: run.prompt_cache, run.async_scheduling
     parser.add_argument("--transfer", type=float, metavar="W",
                         help="price transfer to models the constants never saw in the search "
                         "loss with weight W (fit.transfer_weight; docs/selection.md)")
