@@ -16,6 +16,7 @@ Contract (the seam between the two packages):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -99,6 +100,12 @@ class Evaluator:
         self.corpora: dict[str, Corpus] = {}
         self.fit_sets: dict[str, FitSet] = {}
         self.corpus_version = ""
+        # Closed-loop simulations run this many at a time, in threads (the compiled
+        # simulator releases the GIL; each run is independent and deterministic, so the
+        # results do not depend on it). The search sets it to its worker count: a job the
+        # driver computes alone (a polish, a corpus refresh) and a worker's last job of a
+        # generation then use the cores the other workers left idle.
+        self.threads = 1
 
     @classmethod
     def from_data(cls, data: str | None = None, names: list[str] | None = None,
@@ -118,11 +125,27 @@ class Evaluator:
                  names: Sequence[str] | None = None, record_members: bool = False,
                  progress: Callable[[str], None] | None = None) -> dict[str, SimResult]:
         """Closed-loop simulation of the named scenarios (all by default)."""
+        todo = list(names or [s.name for s in self.scenarios])
+
+        def one(name: str) -> SimResult:
+            return simulate(self.by_name[name], model,
+                            np.asarray(consts[name], dtype=np.float64),
+                            record_members=record_members)
+
         out: dict[str, SimResult] = {}
-        for name in names or [s.name for s in self.scenarios]:
-            sc = self.by_name[name]
-            out[name] = simulate(sc, model, np.asarray(consts[name], dtype=np.float64),
-                                 record_members=record_members)
+        if self.threads > 1 and len(todo) > 1:
+            # a pool per call: a forked worker must not inherit a pool without its threads
+            pool = ThreadPoolExecutor(min(self.threads, len(todo)))
+            try:
+                for name, res in zip(todo, pool.map(one, todo), strict=True):
+                    out[name] = res
+                    if progress is not None:
+                        progress(name)
+            finally:  # a stop (signal) in the driver: drop the runs not yet started
+                pool.shutdown(wait=True, cancel_futures=True)
+            return out
+        for name in todo:
+            out[name] = one(name)
             if progress is not None:
                 progress(name)
         return out

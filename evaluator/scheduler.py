@@ -79,7 +79,7 @@ def _release(r, prompt, holds, pref, pc, plru, step, evictable):
     return evictable
 
 
-@nb.njit(_RUN_SIG, cache=True)
+@nb.njit(_RUN_SIG, cache=True, nogil=True)
 def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt, order,
          shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap):
     n = entry.shape[0]

@@ -69,4 +69,8 @@ def make_executor(ctx: RunContext, cfg: Config | Any) -> Executor:
         raise ConfigError(f"key 'run.workers' out of range: must be an integer in [1, {cap}] "
                           "(this machine's CPUs; --force-workers or run.force_workers = true "
                           "to exceed it)")
+    threads = min(cfg.run.workers, max(1, cpu_count()))  # see Evaluator.threads
+    for ev in (ctx.evaluator, ctx.slices):
+        if ev is not None:
+            ev.threads = threads
     return FitPool(ctx, cfg.run.workers)
