@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from evaluator.api import Evaluator
-from evolve.codegen import step_model
+from evolve.codegen import numpy_model
 from evolve.language import Program
 
 # Requests used to probe queueing_time for the fingerprint: (input_tokens, output_tokens).
@@ -60,7 +60,7 @@ def probe_constants(program: Program) -> np.ndarray:
 
 
 def _predictions(program: Program, probe: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
-    model = step_model(program)
+    model = numpy_model(program)  # no numba: the driver prints every child before fitting
     parts: list[np.ndarray] = []
     with np.errstate(all="ignore"):
         parts.append(np.broadcast_to(np.asarray(model.vector_fn(probe, c), np.float64),

@@ -37,13 +37,17 @@ def _clean(groups: Any) -> dict[str, dict[str, float]]:
 
 
 def score_program(ctx: RunContext, program: Program,
-                  groups: dict[str, dict[str, float]], train_only: bool = False) -> Scored:
+                  groups: dict[str, dict[str, float]], train_only: bool = False,
+                  sims: dict[tuple[str, bytes], Any] | None = None) -> Scored:
     """Metrics of ``program`` with fixed constants on every scenario: under the default
     closed-loop fitness, closed loop on the stage slices and on validate runs that queue
     (whole); teacher forced elsewhere.
 
     ``train_only``: the training runs and slices alone (the same training loss and
     rejection reason, no held-out metrics), for choosing among the starts of a fit.
+    ``sims``: slice metrics already simulated for this program, by (slice, constants);
+    filled with the new ones. The kept start of a fit is then scored on every run
+    without simulating its training slices again (the simulation is deterministic).
     """
     ev = ctx.evaluator
     keep = (lambda n: ctx.splits[n] == "train") if train_only else (lambda n: True)
@@ -58,10 +62,15 @@ def score_program(ctx: RunContext, program: Program,
             runs[n].split = ctx.splits[n]
         if ctx.slices is not None and ctx.slice_parent:
             mine = {s: consts[p] for s, p in ctx.slice_parent.items() if keep(p)}
-            sims = ctx.slices.simulate(model, mine, names=sorted(mine)) if mine else {}
-            for sname, res in sims.items():
-                res.metrics.split = ctx.splits[ctx.slice_parent[sname]]
-                runs[sname] = res.metrics
+            known = {} if sims is None else sims
+            key = {s: (s, np.asarray(c, dtype=np.float64).tobytes()) for s, c in mine.items()}
+            todo = sorted(s for s in mine if key[s] not in known)
+            if todo:
+                for sname, res in ctx.slices.simulate(model, mine, names=todo).items():
+                    res.metrics.split = ctx.splits[ctx.slice_parent[sname]]
+                    known[key[sname]] = res.metrics
+            for sname in sorted(mine):
+                runs[sname] = known[key[sname]]
         if full_runs:
             for name, res in ev.simulate(model, consts, names=full_runs).items():
                 res.metrics.split = ctx.splits[name]
@@ -128,25 +137,28 @@ def fit_and_score(ctx: RunContext, program: Program, seed: int) -> Scored:
     if len(seeds) == 1:
         return fit_once(ctx, program, seed)
     # judge each start on the training runs only; score the held-out runs of the kept one
-    trials = [fit_once(ctx, program, s, train_only=True) for s in seeds]
+    sims: dict[tuple[str, bytes], Any] = {}
+    trials = [fit_once(ctx, program, s, train_only=True, sims=sims) for s in seeds]
     order = sorted((k for k, t in enumerate(trials) if t.ok), key=lambda k: trials[k].loss)
-    best = next((out for out in (_rescore(ctx, program, trials[k]) for k in order)
+    best = next((out for out in (_rescore(ctx, program, trials[k], sims) for k in order)
                  if out.ok), None)
     if best is None:  # no start valid on every run: the first start, as a single fit
-        best = _rescore(ctx, program, trials[0])
+        best = _rescore(ctx, program, trials[0], sims)
     best.n_evals = sum(t.n_evals for t in trials)
     return best
 
 
-def _rescore(ctx: RunContext, program: Program, trial: Scored) -> Scored:
+def _rescore(ctx: RunContext, program: Program, trial: Scored,
+             sims: dict[tuple[str, bytes], Any]) -> Scored:
     """A start judged on the training runs, scored on every run (its failure kept)."""
     if trial.groups is None or trial.reason.startswith("fit failed"):
         return trial
-    return score_program(ctx, program, trial.groups)
+    return score_program(ctx, program, trial.groups, sims=sims)
 
 
 def fit_once(ctx: RunContext, program: Program, seed: int,
-             train_only: bool = False) -> Scored:
+             train_only: bool = False,
+             sims: dict[tuple[str, bytes], Any] | None = None) -> Scored:
     """One teacher-forced fit from ``seed``, judged closed loop (``train_only``: on the
     training runs alone, see :func:`score_program`)."""
     try:
@@ -159,6 +171,6 @@ def fit_once(ctx: RunContext, program: Program, seed: int,
     if not groups or not np.isfinite(fit.loss):
         return Scored(groups or None, n_evals=int(fit.n_evals),
                       reason=f"fit failed: {fit.status}")
-    out = score_program(ctx, program, groups, train_only)
+    out = score_program(ctx, program, groups, train_only, sims)
     out.n_evals = int(fit.n_evals)
     return out

@@ -244,7 +244,7 @@ class Search:
             self.log(f"generation {g}: the LLM endpoint failed every request; later "
                      "children come from the offline operator")
         rows = books.llm_rows(g, proposals)
-        rows += evaluate_children(books, self.pool, cfg, g, proposals)
+        rows += evaluate_children(books, self.pool, cfg, g, proposals, ctx.probe)
         rows += maybe_refresh(books, ctx, cfg, self.pool, g, self.log)
         if g == cfg.run.generations and cfg.fit.polish_evals > 0:
             rows += polish(books, ctx, cfg, g, self.log, self.pool)

@@ -70,3 +70,30 @@ def test_seed7_archive_matches_the_recorded_digest(tmp_path, workers):
         digest = archive_digest(archive)
     assert summary.status == "finished" and summary.generations_done == 10
     assert digest == GOLDEN
+
+
+def test_a_twin_is_rejected_before_it_is_fitted(tmp_path):
+    """Children are fingerprinted in the driver before any is fitted: a child with the
+    same predictions as a judged program is rejected without a fit (a fifth of a long
+    run's children are such twins). The executor is the real one, recording its jobs."""
+    cfg = Config()
+    apply_dict(cfg, CONFIG, "golden")
+    cfg.run.archive = str(tmp_path / "a.db")
+    cfg = validate(cfg, "golden")
+    fitted: list[str] = []
+    with Archive(cfg.run.archive) as archive:
+        search = Search(cfg, archive, log=lambda _m: None)
+        inner = search.pool.inner
+        real_map = inner.map
+
+        def recording_map(jobs, digits=None, on_result=None):
+            fitted.extend(p.id for p, _seed in jobs)
+            return real_map(jobs, digits, on_result=on_result)
+
+        inner.map = recording_map  # type: ignore[method-assign]
+        search.run()
+        twins = [e.program_id for e in archive.evaluations(search.run_id)
+                 if e.reason.startswith("same predictions as program")]
+    assert twins, "the golden run proposes twins; without one this test shows nothing"
+    assert not set(twins) & set(fitted)
+    assert len(fitted) > len(twins)

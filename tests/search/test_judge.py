@@ -81,3 +81,25 @@ def test_physics_judges_per_model_constants_only_where_a_fit_chose_them(small_sc
                                        "global": {"s": 1.0, "b": -1e9}})
     held_out = ctx.evaluator.by_name[names[3]].model
     assert not bad.ok and bad.reason.startswith(f"physics ({held_out}): step time -")
+
+
+def test_the_kept_start_reuses_its_training_slices(small_scenarios):
+    """score_program with ``sims``: the training slices a start was judged on are not
+    simulated again when it is scored on every run, and the score is the one without."""
+    ctx = _context(small_scenarios, starts=1)
+    names = ctx.names
+    ctx.splits = {names[0]: "train", names[1]: "train", names[2]: "validate",
+                  names[3]: "test"}
+    prog = parse_program((SEEDS / "layered.py").read_text())
+    trial = fit_once(ctx, prog, 5, train_only=True)
+    sims: dict = {}
+    again = score_program(ctx, prog, trial.groups, train_only=True, sims=sims)
+    n_train = len(sims)
+    assert n_train == sum(ctx.splits[p] == "train" for p in ctx.slice_parent.values()) > 0
+    before = dict(sims)
+    full = score_program(ctx, prog, trial.groups, sims=sims)
+    assert all(sims[k] is v for k, v in before.items())  # reused, not re-simulated
+    assert len(sims) == len(ctx.slice_parent) > n_train  # the held-out slices were added
+    plain = score_program(ctx, prog, trial.groups)
+    assert (full.loss, full.reason, full.metrics) == (plain.loss, plain.reason, plain.metrics)
+    assert again.loss == trial.loss
