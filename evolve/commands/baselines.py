@@ -12,7 +12,7 @@ import json
 import sys
 
 from evolve.reporting import num, pct, table
-from evolve.targets import add_simulator_flags, simulator_options
+from evolve.targets import add_simulator_flags, on_all_cores, simulator_options
 
 HELP = "closed-loop scores of the published models on every measured run"
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator, baseline_models
 
-    ev = Evaluator.from_data(args.data, **simulator_options(args))
+    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args)))
     fits = "" if args.only and "linear" not in args.only else "fitting the linear baseline and "
     print(f"loaded {len(ev.scenarios)} runs; {fits}simulating...", file=sys.stderr)
     out: dict[str, dict[str, dict]] = {}

@@ -31,6 +31,7 @@ from evolve.targets import (
     add_simulator_flags,
     available_seeds,
     note_roofline_kernels,
+    on_all_cores,
     output_file,
     program_file,
     simulator_options,
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     scenarios = load_scenarios(args.data, **simulator_options(args))
     if args.head_seconds is not None:
         scenarios = [s.head(args.head_seconds) for s in scenarios]
-    ev = Evaluator(scenarios)
+    ev = on_all_cores(Evaluator(scenarios))
     note_roofline_kernels(program, scenarios)
     train = ev.names("train")
     if not train:

@@ -30,6 +30,7 @@ from evolve.targets import (
     infer_scope,
     load_target,
     note_roofline_kernels,
+    on_all_cores,
     simulator_options,
 )
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.fitting import const_map
 
     program, groups, label = load_target(args)
-    ev = Evaluator.from_data(args.data, **simulator_options(args))
+    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args)))
     note_roofline_kernels(program, ev.scenarios)
     if args.constants:
         check_groups(groups, ev.scenarios, f"--constants {args.constants}")

@@ -24,6 +24,7 @@ from evolve.targets import (
     infer_scope,
     load_target,
     note_roofline_kernels,
+    on_all_cores,
     output_dir,
     scope_of,
     simulator_options,
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:  # an unwritable --out is found now, not after the simulations
         output_dir(args.out, "--out")
     program, groups, label = load_target(args)
-    ev = Evaluator.from_data(args.data, **simulator_options(args))
+    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args)))
     note_roofline_kernels(program, ev.scenarios)
     names = ev.names(None if args.split == "all" else args.split)
     if not names:  # validate() reads no names as "every run"

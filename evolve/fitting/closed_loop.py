@@ -38,8 +38,11 @@ TOLERANCES = {"tolfun": 1e-6}  # cma's defaults otherwise; each evaluation is a 
 
 def slice_evaluator(ev: Evaluator, names: Sequence[str], width_s: float = 120.0,
                     warmup_s: float = 30.0) -> Evaluator:
-    """An evaluator whose scenarios are the stage slices of the named runs."""
-    return Evaluator([s for n in names for s in ev.by_name[n].stage_slices(width_s, warmup_s)])
+    """An evaluator whose scenarios are the stage slices of the named runs (simulated in
+    as many threads as ``ev``'s)."""
+    out = Evaluator([s for n in names for s in ev.by_name[n].stage_slices(width_s, warmup_s)])
+    out.threads = ev.threads
+    return out
 
 
 class SliceObjective:

@@ -95,7 +95,7 @@ def evaluate_children(books: Books, pool: Executor, cfg: Config, g: int,
             to_fit.append((i, prog))
     # 3. fit in the workers (results in job order)
     results = pool.map([(p, child_seed(cfg.run.seed, g, i)) for i, p in to_fit])
-    fitted = {i: (prog, res) for (i, prog), (_fp, res) in zip(to_fit, results, strict=True)}
+    fitted = {i: (prog, res) for (i, prog), res in zip(to_fit, results, strict=True)}
     # 4. one evaluation row per proposal, in proposal order
     for i, prop in enumerate(proposals):
         if i in fitted:

@@ -1,8 +1,8 @@
 """Where a generation's children are fitted and judged: the Executor seam.
 
 Why a seam here and nowhere else: a child's evaluation is a pure function of (run context,
-program, seed) -> (fingerprint, :class:`~evolve.search.context.Scored`)
-(:func:`evolve.search.pool.fingerprint_and_fit`), and every job carries its own seed. So
+program, seed) -> :class:`~evolve.search.context.Scored`
+(:func:`evolve.search.judge.fit_and_score`), and every job carries its own seed. So
 *where* the jobs run (forked processes on this machine, Ray tasks on a cluster) cannot
 change *what* they return, and the archive stays the same byte for byte. Everything that
 decides (selection, the operator and its LLM calls, screening, the archive writes) stays
@@ -30,16 +30,15 @@ if TYPE_CHECKING:
     from evolve.config import Config
 
 EXECUTORS = ("local", "ray")
-Result = tuple[str | None, Scored]  # (fingerprint or None, outcome of the fit and judging)
+Result = Scored  # the outcome of a child's fit and judging
 OnResult = Callable[[int, Any], None] | None  # called as each job finishes: (job index, result)
 
 
 class Executor(Protocol):
     """What the loop needs from whoever fits its children."""
 
-    def map(self, jobs: Sequence[Job], digits: int | None = None,
-            on_result: OnResult = None) -> list[Result]:
-        """Fingerprint (if ``digits``), fit and judge every job; results in job order.
+    def map(self, jobs: Sequence[Job], on_result: OnResult = None) -> list[Result]:
+        """Fit and judge every job; results in job order.
         ``on_result(i, result)`` is called in the driver as each job finishes (in any
         order): the journal keeps finished work that way."""
         ...

@@ -173,11 +173,11 @@ class JournaledExecutor:
     def __init__(self, inner: Executor, journal: Journal, corpus_version: Callable[[], str]):
         self.inner, self.journal, self._corpus = inner, journal, corpus_version
 
-    def map(self, jobs: Sequence[Job], digits: int | None = None,
-            on_result: Callable[[int, Any], None] | None = None) -> list[Result]:
-        keys = [_safe_key("fit", p.id, seed, digits, self._corpus()) for p, seed in jobs]
+    def map(self, jobs: Sequence[Job], on_result: Callable[[int, Any], None] | None = None
+            ) -> list[Result]:
+        keys = [_safe_key("fit", p.id, seed, self._corpus()) for p, seed in jobs]
         return self._run(keys, "fit", list(jobs), on_result,
-                         lambda todo, done: self.inner.map(todo, digits, on_result=done))
+                         lambda todo, done: self.inner.map(todo, on_result=done))
 
     def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
               on_result: Callable[[int, Any], None] | None = None) -> list[Any]:

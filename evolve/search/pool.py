@@ -14,7 +14,6 @@ from typing import Any
 
 from evolve.language import Program, parse_program
 from evolve.search.context import RunContext, Scored
-from evolve.search.fingerprint import fingerprint
 from evolve.search.judge import fit_and_score
 from evolve.search.stopping import worker_signals
 
@@ -22,18 +21,10 @@ _WORKER_CTX: RunContext | None = None
 Job = tuple[Program, int]  # (program, fitting seed)
 
 
-def fingerprint_and_fit(ctx: RunContext, program: Program, seed: int,
-                        digits: int | None) -> tuple[str | None, Scored]:
-    """The fingerprint (if ``digits``) and the fit of one child, in one place, so the
-    program is compiled once."""
-    fp = fingerprint(program, ctx.probe, digits) if digits and ctx.probe is not None else None
-    return fp, fit_and_score(ctx, program, seed)
-
-
-def _job(job: tuple[str, int, int | None]) -> tuple[str | None, Scored]:
+def _job(job: tuple[str, int]) -> Scored:
     assert _WORKER_CTX is not None
-    source, seed, digits = job
-    return fingerprint_and_fit(_WORKER_CTX, parse_program(source), seed, digits)
+    source, seed = job
+    return fit_and_score(_WORKER_CTX, parse_program(source), seed)
 
 
 def _apply_job(job: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
@@ -48,7 +39,7 @@ def _indexed(job: tuple[Callable[[Any], Any], int, Any]) -> tuple[int, Any]:
 
 
 class FitPool:
-    """Fingerprints and fits children in forked workers that share the parent's corpora.
+    """Fits children in forked workers that share the parent's corpora.
 
     Why fork: the corpora and fitting windows are large numpy arrays; forked workers see
     them copy-on-write for free. After a corpus refresh the pool is restarted so workers
@@ -61,13 +52,12 @@ class FitPool:
         self.workers = max(1, int(workers))
         self._pool: Any = None
 
-    def map(self, jobs: Sequence[Job], digits: int | None = None,
-            on_result: Callable[[int, Any], None] | None = None
-            ) -> list[tuple[str | None, Scored]]:
+    def map(self, jobs: Sequence[Job], on_result: Callable[[int, Any], None] | None = None
+            ) -> list[Scored]:
         if self._serial(jobs):
-            return self._in_process([functools.partial(fingerprint_and_fit, self.ctx, p, s,
-                                                       digits) for p, s in jobs], on_result)
-        return self._gather(_job, [(p.source, s, digits) for p, s in jobs], on_result)
+            return self._in_process([functools.partial(fit_and_score, self.ctx, p, s)
+                                     for p, s in jobs], on_result)
+        return self._gather(_job, [(p.source, s) for p, s in jobs], on_result)
 
     def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
               on_result: Callable[[int, Any], None] | None = None) -> list[Any]:

@@ -10,7 +10,7 @@ Why Ray and how it is used:
   (measured scenarios, closed-loop stage slices, physics probes) once per run, the
   *corpus* part (fitting windows of the current corpora, corpus version, fingerprint
   probe) once per corpus version (at most ``search.max_refreshes`` + 2 per run). A task
-  carries only (program source, seed, digits) and references to both. Each worker
+  carries only (program source, seed) and references to both. Each worker
   process keeps the contexts it assembled, so it unpacks each version once. The full
   corpora (170 MB on the bundled data) never leave the driver: teacher forcing in the
   workers reads the fitting windows only.
@@ -46,7 +46,8 @@ from typing import Any
 from evolve.errors import ClusterLost, UserError
 from evolve.language import parse_program
 from evolve.search.context import RunContext, Scored
-from evolve.search.pool import Job, fingerprint_and_fit
+from evolve.search.judge import fit_and_score
+from evolve.search.pool import Job
 
 MAX_RETRIES = 3  # a task whose worker died is run again up to this many times
 OBJECT_STORE_BYTES = 1 << 30  # object store of a Ray instance started for the run
@@ -175,11 +176,10 @@ def _context(static_box: list[Any], corpus_box: list[Any]) -> RunContext:
     return ctx
 
 
-def _fit_task(static_box: list[Any], corpus_box: list[Any], source: str, seed: int,
-              digits: int | None) -> tuple[str | None, Scored]:
-    """One child: exactly what a local worker computes (``fingerprint_and_fit``)."""
-    return fingerprint_and_fit(_context(static_box, corpus_box), parse_program(source),
-                               seed, digits)
+def _fit_task(static_box: list[Any], corpus_box: list[Any], source: str,
+              seed: int) -> Scored:
+    """One child: exactly what a local worker computes (``fit_and_score``)."""
+    return fit_and_score(_context(static_box, corpus_box), parse_program(source), seed)
 
 
 def _apply_task(static_box: list[Any], corpus_box: list[Any], fn: Callable[..., Any],
@@ -241,9 +241,8 @@ class RayExecutor:
             self._corpus = (key, ray.put(blob))
         return self._static, self._corpus[1]
 
-    def map(self, jobs: Sequence[Job], digits: int | None = None,
-            on_result: Callable[[int, Any], None] | None = None
-            ) -> list[tuple[str | None, Scored]]:
+    def map(self, jobs: Sequence[Job], on_result: Callable[[int, Any], None] | None = None
+            ) -> list[Scored]:
         if not jobs:
             return []
 
@@ -255,7 +254,7 @@ class RayExecutor:
         self._pending = refs  # filled as submitted: a Ctrl-C in this loop cancels those too
         for i in order:
             prog, seed = jobs[i]
-            refs[i] = task.remote([static], [corpus], prog.source, seed, digits)
+            refs[i] = task.remote([static], [corpus], prog.source, seed)
         return self._gather(refs, on_result)
 
     def apply(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],

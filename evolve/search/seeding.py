@@ -53,7 +53,7 @@ def generation_zero(books: Books, ctx: RunContext, cfg: Config, pool: Executor,
             else None)))
         books.register(prog, 0)
     jobs = [(p, child_seed(cfg.run.seed, 0, i)) for i, (_s, p) in enumerate(seeds)]
-    first = [r for _fp, r in pool.map(jobs)]
+    first = pool.map(jobs)
     if cfg.fit.seed_polish_evals > 0:  # closed-loop refits of the seeds, in the workers
         first = [r for _improved, r in pool.apply(refit_job, [
             (cfg, p.source, r, cfg.fit.seed_polish_evals, 20_000 + i, 0)
@@ -71,7 +71,7 @@ def generation_zero(books: Books, ctx: RunContext, cfg: Config, pool: Executor,
         pool.reset()
         jobs = [(p, child_seed(cfg.run.seed, 0, len(seeds) + i))
                 for i, (_s, p) in enumerate(seeds)]
-        second = [r for _fp, r in pool.map(jobs)]
+        second = pool.map(jobs)
         if cfg.fit.fitness != "closed_loop":  # a teacher-forced score is the corpora's
             fitted = [i for i, r in enumerate(first) if r.ok]
             again = pool.apply(rescore, [(seeds[i][1].source, first[i].groups)

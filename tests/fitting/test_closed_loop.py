@@ -63,6 +63,20 @@ def test_fit_from_wrong_constants_cuts_the_slice_loss_deterministically(ev):
     assert c.groups != a.groups
 
 
+def test_a_threaded_closed_loop_fit_is_the_same_fit(small_scenarios):
+    """Commands simulate on every core (evolve.targets.on_all_cores): the slices inherit
+    the evaluator's threads, and the fit is the one computed one slice at a time."""
+    serial = Evaluator(small_scenarios)
+    threaded = Evaluator(small_scenarios)
+    threaded.threads = 2
+    assert slice_evaluator(threaded, threaded.names(), **SLICE).threads == 2
+    p = slow_roofline()
+    a = closed_loop_fit(p, serial, serial.names(), "global", seed=5, max_evals=24, **SLICE)
+    b = closed_loop_fit(p, threaded, threaded.names(), "global", seed=5, max_evals=24,
+                        **SLICE)
+    assert (a.groups, a.loss, a.n_evals) == (b.groups, b.loss, b.n_evals)
+
+
 def test_per_model_fits_one_vector_per_group_from_the_given_start(ev):
     p = slow_roofline()
     r = closed_loop_fit(p, ev, ev.names(), "per_model", seed=5, max_evals=20, **SLICE)

@@ -86,9 +86,9 @@ def test_a_twin_is_rejected_before_it_is_fitted(tmp_path):
         inner = search.pool.inner
         real_map = inner.map
 
-        def recording_map(jobs, digits=None, on_result=None):
+        def recording_map(jobs, on_result=None):
             fitted.extend(p.id for p, _seed in jobs)
-            return real_map(jobs, digits, on_result=on_result)
+            return real_map(jobs, on_result=on_result)
 
         inner.map = recording_map  # type: ignore[method-assign]
         search.run()
