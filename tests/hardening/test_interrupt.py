@@ -67,12 +67,15 @@ def test_sigkill_ten_times_then_resume_gives_the_uninterrupted_archive(tmp_path)
         served += [int(n) for n in re.findall(r"(\d+) jobs served from the journal", err)]
         assert proc.returncode in (0, -signal.SIGKILL), err
     assert kills == 10, "the run finished before ten kills: make it longer"
+    journaled_before.append(table_count(db, "journal"))
     final = evolve("run", "--resume", "1", "--archive", str(db))
     out, err = final.communicate(timeout=120)
+    served += [int(n) for n in re.findall(r"(\d+) jobs served from the journal", err)]
     assert final.returncode == 0, err
     assert "finished after generation 12" in out
     assert digest(db) == expected
-    # journaled work was found and reused instead of being computed again
+    # journaled work was found and reused instead of being computed again (by a resume
+    # that lived to commit the generation: which one depends on where the kills landed)
     assert max(journaled_before) > 0 and sum(served) > 0, (journaled_before, served)
     assert table_count(db, "journal") == 0 and table_count(db, "run_locks") == 0
 
