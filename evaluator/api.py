@@ -123,9 +123,12 @@ class Evaluator:
 
     def simulate(self, model: StepModel, consts: ConstMap,
                  names: Sequence[str] | None = None, record_members: bool = False,
-                 progress: Callable[[str], None] | None = None) -> dict[str, SimResult]:
-        """Closed-loop simulation of the named scenarios (all by default)."""
+                 progress: Callable[[str], None] | None = None,
+                 threads: int | None = None) -> dict[str, SimResult]:
+        """Closed-loop simulation of the named scenarios (all by default), in ``threads``
+        threads (default :attr:`threads`; 1 from a caller that is itself threaded)."""
         todo = list(names or [s.name for s in self.scenarios])
+        n_threads = self.threads if threads is None else threads
 
         def one(name: str) -> SimResult:
             return simulate(self.by_name[name], model,
@@ -133,9 +136,9 @@ class Evaluator:
                             record_members=record_members)
 
         out: dict[str, SimResult] = {}
-        if self.threads > 1 and len(todo) > 1:
+        if n_threads > 1 and len(todo) > 1:
             # a pool per call: a forked worker must not inherit a pool without its threads
-            pool = ThreadPoolExecutor(min(self.threads, len(todo)))
+            pool = ThreadPoolExecutor(min(n_threads, len(todo)))
             try:
                 for name, res in zip(todo, pool.map(one, todo), strict=True):
                     out[name] = res

@@ -20,6 +20,7 @@ slices; the official score remains the full closed-loop simulation.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -56,20 +57,30 @@ class SliceObjective:
     def __init__(self, sl: Evaluator, model: StepModel, runs: Sequence[str]) -> None:
         self.sl, self.model, self.runs = sl, model, list(runs)
 
-    def one(self, x: np.ndarray, per_slice: Mapping[str, np.ndarray] | None = None) -> float:
+    def one(self, x: np.ndarray, per_slice: Mapping[str, np.ndarray] | None = None,
+            threads: int | None = None) -> float:
         """The slice loss of one constant vector (or of ``per_slice`` vectors); ``inf`` if
         invalid, also where the program refuses them (e.g. a negative ``queueing_time``:
         the simulator reports it as an invalid result), as the judge scores it."""
         consts = per_slice if per_slice is not None else dict.fromkeys(self.runs, x)
-        sims = self.sl.simulate(self.model, consts, names=self.runs)
+        sims = self.sl.simulate(self.model, consts, names=self.runs, threads=threads)
         return float(loss({n: r.metrics for n, r in sims.items()}, self.runs))
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
-        out = np.empty(X.shape[0])
-        for i, x in enumerate(X):
-            val = self.one(x)
-            out[i] = val if np.isfinite(val) else PENALTY
-        return out
+        """The candidates of a CMA-ES generation, several at once when the evaluator has
+        threads (a group holds few slices of unequal length; a population of candidates
+        keeps the threads busy). Each candidate is simulated alone, so the values are
+        those computed one by one, in row order."""
+        rows = list(X)
+        if self.sl.threads > 1 and len(rows) > 1:
+            pool = ThreadPoolExecutor(min(self.sl.threads, len(rows)))
+            try:
+                vals = list(pool.map(lambda x: self.one(x, threads=1), rows))
+            finally:  # a stop (signal) in this thread: drop the candidates not yet started
+                pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            vals = [self.one(x) for x in rows]
+        return np.array([v if np.isfinite(v) else PENALTY for v in vals], dtype=np.float64)
 
 
 def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope: str,
