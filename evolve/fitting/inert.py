@@ -71,22 +71,25 @@ def inert_constants(program: Program, model: StepModel, blocks: Sequence[np.ndar
         return mask
     ends = box.from_unit(np.repeat(np.asarray(_PROBE_UNITS)[:, None], n, axis=1))
     bases = [start, *box.from_unit(np.repeat(np.asarray(_BASE_UNITS)[:, None], n, axis=1))]
-    per_base = 1 + len(candidates) * len(_PROBE_UNITS)
-    X = np.repeat(np.asarray(bases, dtype=np.float64), per_base, axis=0)
-    for b in range(len(bases)):
-        row = b * per_base + 1
-        for k in candidates:  # only constant k moves; the others stay at the base
+    mask[candidates] = True
+    for base_x in bases:
+        # a constant felt at one base is not inert: only the others are tried at the next
+        # (most constants are felt at the start, so the later bases price few or none)
+        left = [k for k in candidates if mask[k]]
+        if not left:
+            break
+        X = np.repeat(np.asarray(base_x, dtype=np.float64)[None, :],
+                      1 + len(left) * len(_PROBE_UNITS), axis=0)
+        row = 1
+        for k in left:  # only constant k moves; the others stay at the base
             for i in range(len(_PROBE_UNITS)):
                 X[row, k] = ends[i, k]
                 row += 1
-    T = population_step_times(model.vector_fn, F, X)
-    mask[candidates] = True
-    for b in range(len(bases)):
-        row = b * per_base + 1
-        base = T[b * per_base]
-        for k in candidates:
+        T = population_step_times(model.vector_fn, F, X)
+        row = 1
+        for k in left:
             rows = T[row:row + len(_PROBE_UNITS)]
-            mask[k] &= all(np.array_equal(r, base, equal_nan=True) for r in rows)
+            mask[k] = all(np.array_equal(r, T[0], equal_nan=True) for r in rows)
             row += len(_PROBE_UNITS)
     return mask
 

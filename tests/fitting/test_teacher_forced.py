@@ -130,3 +130,18 @@ def test_prior_holds_constants_near_their_declared_values(refreshed):
     again = fit_program(p, refreshed, names, "global", seed=11, max_evals=250,
                         prior_strength=3.0)
     assert again.groups == fits[1].groups
+
+
+def test_request_pairs_are_every_distinct_pair_computed_once(refreshed):
+    from evolve.fitting.teacher_forced import request_pairs
+
+    scs = [refreshed.by_name[n] for n in refreshed.names()[:2]]
+    q = request_pairs(refreshed, scs)
+    want = {(a, b) for sc in scs for a, b in zip(sc.input_tokens.tolist(),
+                                                 sc.output_tokens.tolist(), strict=True)}
+    assert q.shape == (2, len(want)) and q.dtype == np.float64
+    assert {(int(a), int(b)) for a, b in q.T} == want
+    assert np.all(np.diff(q[0]) >= 0)  # rows sorted, as np.unique gives them
+    assert request_pairs(refreshed, scs) is q  # cached: a fit of every start reuses it
+    assert not q.flags.writeable  # shared by every fit: nobody may change it
+    assert request_pairs(refreshed, scs[:1]) is not q  # keyed by the group's runs
