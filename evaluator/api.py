@@ -15,8 +15,9 @@ Contract (the seam between the two packages):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 
@@ -74,6 +75,7 @@ __all__ = [
     "from_tracev2",
     "load_scenarios",
     "loss",
+    "ordered_map",
     "parse_stages",
     "probe_batches",
     "prompt_period",
@@ -89,6 +91,28 @@ __all__ = [
     "write_experiment",
     "write_tracev2",
 ]
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def ordered_map(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Iterator[R]:
+    """``fn`` of every item, in item order, computed in up to ``threads`` threads.
+
+    Why: the compiled simulator releases the GIL, so independent simulations (runs,
+    stage slices, a CMA-ES generation's candidates) run on several cores at once, and in
+    order, so results do not depend on the thread count. A pool per call: a forked worker
+    must not inherit a pool without its threads. On a stop (a signal in the caller) the
+    items not yet started are dropped."""
+    if threads <= 1 or len(items) <= 1:
+        yield from map(fn, items)
+        return
+    pool = ThreadPoolExecutor(min(threads, len(items)))
+    try:
+        yield from pool.map(fn, items)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class Evaluator:
@@ -136,19 +160,8 @@ class Evaluator:
                             record_members=record_members)
 
         out: dict[str, SimResult] = {}
-        if n_threads > 1 and len(todo) > 1:
-            # a pool per call: a forked worker must not inherit a pool without its threads
-            pool = ThreadPoolExecutor(min(n_threads, len(todo)))
-            try:
-                for name, res in zip(todo, pool.map(one, todo), strict=True):
-                    out[name] = res
-                    if progress is not None:
-                        progress(name)
-            finally:  # a stop (signal) in the driver: drop the runs not yet started
-                pool.shutdown(wait=True, cancel_futures=True)
-            return out
-        for name in todo:
-            out[name] = one(name)
+        for name, res in zip(todo, ordered_map(one, todo, n_threads), strict=True):
+            out[name] = res
             if progress is not None:
                 progress(name)
         return out

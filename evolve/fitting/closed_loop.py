@@ -20,11 +20,10 @@ slices; the official score remains the full closed-loop simulation.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from evaluator.api import Evaluator, ProbeBatches, StepModel, loss
+from evaluator.api import Evaluator, ProbeBatches, StepModel, loss, ordered_map
 from evolve.codegen import step_model
 from evolve.fitting.bounds import Box, FitResult, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
@@ -72,14 +71,8 @@ class SliceObjective:
         keeps the threads busy). Each candidate is simulated alone, so the values are
         those computed one by one, in row order."""
         rows = list(X)
-        if self.sl.threads > 1 and len(rows) > 1:
-            pool = ThreadPoolExecutor(min(self.sl.threads, len(rows)))
-            try:
-                vals = list(pool.map(lambda x: self.one(x, threads=1), rows))
-            finally:  # a stop (signal) in this thread: drop the candidates not yet started
-                pool.shutdown(wait=True, cancel_futures=True)
-        else:
-            vals = [self.one(x) for x in rows]
+        inner = 1 if len(rows) > 1 else None  # one candidate alone: threads over its slices
+        vals = ordered_map(lambda x: self.one(x, threads=inner), rows, self.sl.threads)
         return np.array([v if np.isfinite(v) else PENALTY for v in vals], dtype=np.float64)
 
 
