@@ -30,7 +30,7 @@ training runs that have them) regressed on the batch size is 16.9 ms + 47 us per
 (Llama-2-70B `general`) and 13.6 ms + 40 us (CodeLlama-34B `general`); after the weights
 and the KV cache at peak bandwidth that leaves 73-82 us per layer and 0.37-0.42 us per
 layer and request, and the stage decode intervals of all twelve normal runs agree (75 and
-0.4 with peak efficiencies land every `general` stage of the four models within 2 %
+0.4 with peak efficiencies land every `general` stage of the four models within 4 %
 unfitted). The earlier priors (BLIS's trained-physics per-layer 32 us and per-request
 cost) started the fit on batches too small for the measured rate, and teacher-forced
 fitting on them steepened the per-request cost 3-4x (held-out `general` runs then queued).

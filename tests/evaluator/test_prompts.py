@@ -55,6 +55,24 @@ def test_a_request_whose_length_differs_from_its_slot_is_another_prompt(data_pat
     assert pid[2] == pid[12] != pid[7]
 
 
+def test_two_neighbours_that_swapped_on_the_way_send_each_others_prompts(data_path):
+    """Request 7 (slot 2) arrived with slot 3's length and request 8 with slot 2's: they
+    were reordered, and each hits the cache of the prompt it sent (the bundled runs'
+    requests that differ from their slot are nearly all such)."""
+    lengths = np.tile(np.array([560, 571, 583, 590, 566]), 40)
+    lengths[[7, 8]] = lengths[[8, 7]]
+    lengths[21] = 560  # slot 1 with slot 0's length, two slots from slot 3's 590 too
+    sc = make_scenario("x", np.arange(lengths.size) * 1e5, lengths, np.full(lengths.size, 5),
+                       model_dir=data_path / "models" / "Llama-2-7b-hf",
+                       hardware=data_path / "hardware" / "h100-sxm.json",
+                       n_prefix_groups=5, system_prompt_len=100)
+    out = with_prompt_cache(sc)
+    pid = out.prompt_id
+    assert pid[7] == pid[3] and pid[8] == pid[2] and pid[21] == pid[0]
+    assert len(set(pid.tolist())) == 5
+    assert out.prefix_group[7] == 3 and out.prefix_group[8] == 2 and out.prefix_group[21] == 0
+
+
 def test_no_period_without_repetition_or_with_one_length():
     rng = np.random.default_rng(4)
     assert prompt_period(rng.integers(500, 600, size=2000)) == 0
@@ -132,8 +150,12 @@ def test_a_held_prompt_cache_is_not_evicted(data_path):
 
 
 def test_measured_runs_repeat_a_pool_of_100_prompts(all_scenarios):
+    """Every request, reordered ones included, sends one of the pool's 100 prompts."""
     for sc in all_scenarios:
         assert sc.meta.get("prompt_period") == 100, sc.name
+        _, counts = np.unique(sc.prompt_id, return_counts=True)
+        assert counts.size == 100, sc.name  # no request left with a prompt of its own
+        assert np.abs(counts - sc.n_requests // 100).max() <= 2, sc.name
 
 
 @pytest.mark.parametrize("name", ["20260217-202857-llama-2-70b-tp4-general",
