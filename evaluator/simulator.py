@@ -27,19 +27,20 @@ arrival.
 
 Simplifications (each measured or argued to be small here):
 
-* Prefix caching, of whole prompts: the measured runs cycle through a pool of 100
-  prompts (``evaluator/prompts.py`` infers it from the input lengths), so a request that
-  repeats a prompt still cached hits all its full 16-token blocks but the last token
-  (vLLM's cap), as the engine's sampled steps show (15 computed prompt tokens per request,
-  where the replica computes 15-16; ``tests/evaluator/test_prompts.py``). A prompt's blocks
-  are cached once its first request has computed them; nobody holding them, they are
-  evicted whole, least recently released first, only when an allocation needs them (vLLM
-  evicts block by block from one free queue in release order, which can evict a prompt
-  earlier while the pool has room). A shared system prompt (``system_prompt_len``
-  tokens, groups tied to the prompt) hits for a prompt's first request and stays
-  resident (under 2 % of the pool). ``--no-prompt-cache`` (``run.prompt_cache``) caches
-  the system prompts only, as evolve did before 2026-11-27. Input lengths do not grow
-  across turns (data README trap 8).
+* Prefix caching, of whole prompts: the measured runs cycle through a pool of 100 prompts
+  (``evaluator/prompts.py`` infers it from the input lengths; the 0.1-1 % of requests
+  reordered on the way get the prompt of the nearby slot whose length they have), so a
+  request that repeats a prompt still cached hits all its full 16-token blocks but the
+  last token (vLLM's cap), as the engine's sampled steps show (15 computed prompt tokens
+  per request, where the replica computes 15-16; ``tests/evaluator/test_prompts.py``). A
+  prompt's blocks are cached once its first request has computed them; nobody holding
+  them, they are evicted whole, least recently released first, only when an allocation
+  needs them (vLLM evicts block by block from one free queue in release order, which can
+  evict a prompt earlier while the pool has room). A shared system prompt
+  (``system_prompt_len`` tokens, groups tied to the prompt) hits for a prompt's first
+  request and stays resident (under 2 % of the pool). ``--no-prompt-cache``
+  (``run.prompt_cache``) caches the system prompts only, as evolve did before 2026-11-27.
+  Input lengths do not grow across turns (data README trap 8).
 * A preempted request recomputes its prompt and generated tokens as one prefill (vLLM's
   recompute preemption); its prefix hit is its prompt (generated blocks, which vLLM also
   keeps cached until evicted, are not).
