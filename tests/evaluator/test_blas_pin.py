@@ -13,12 +13,16 @@ from evaluator import NUMPY_AVX512_NEW, NUMPY_AVX512_OLD, _cpu_flags, _numpy_ver
 PROBE = "import evolve, os; print(os.environ.get('OPENBLAS_CORETYPE', 'unset'))"
 
 
-def _probe(**env: str) -> str:
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("OPENBLAS_CORETYPE", "EVOLVE_NATIVE_BLAS")}
-    out = subprocess.run([sys.executable, "-c", PROBE], env={**base, **env},
+def _run(code: str, unset: tuple[str, ...], env: dict[str, str]) -> str:
+    """What ``code`` prints in a fresh interpreter without the ``unset`` variables."""
+    base = {k: v for k, v in os.environ.items() if k not in unset}
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env},
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
+
+
+def _probe(**env: str) -> str:
+    return _run(PROBE, ("OPENBLAS_CORETYPE", "EVOLVE_NATIVE_BLAS"), env)
 
 
 def test_importing_evolve_pins_haswell_kernels_where_the_cpu_has_them():
@@ -54,11 +58,7 @@ NAMES = NUMPY_AVX512_NEW if _numpy_version() >= (2, 4) else NUMPY_AVX512_OLD
 
 
 def _simd_probe(code: str = SIMD_PROBE, **env: str) -> str:
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("NPY_DISABLE_CPU_FEATURES", "EVOLVE_NATIVE_SIMD")}
-    out = subprocess.run([sys.executable, "-c", code], env={**base, **env},
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    return _run(code, ("NPY_DISABLE_CPU_FEATURES", "EVOLVE_NATIVE_SIMD"), env)
 
 
 def test_importing_evolve_turns_numpys_avx512_loops_off_where_the_cpu_has_them():
