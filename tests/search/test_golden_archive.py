@@ -15,12 +15,18 @@ If a change of behaviour is intended (new features, a new selection rule), updat
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from needs import require_qemu
 
 from evolve.archive import Archive
 from evolve.archive.digest import archive_digest
 from evolve.config import Config, apply_dict, validate
-from evolve.search.loop import Search
+from evolve.search.loop import RunSummary, Search
 
 pytestmark = pytest.mark.real_data  # tiny searches over three bundled runs
 
@@ -61,18 +67,45 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 GOLDEN = "9bd5e2ec9290b30569fd0723d4cc06d1e5d7e04250fcee812e8224b9c051dadc"
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_seed7_archive_matches_the_recorded_digest(tmp_path, workers):
+def golden_run(archive_path: str, workers: int) -> tuple[RunSummary, str]:
+    """The golden search into ``archive_path``: its summary and its archive's digest."""
     cfg = Config()
     apply_dict(cfg, CONFIG, "golden")
     cfg.run.workers = workers
-    cfg.run.archive = str(tmp_path / "a.db")
+    cfg.run.archive = archive_path
     cfg = validate(cfg, "golden")
     with Archive(cfg.run.archive) as archive:
         summary = Search(cfg, archive, log=lambda _m: None).run()
-        digest = archive_digest(archive)
+        return summary, archive_digest(archive)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_seed7_archive_matches_the_recorded_digest(tmp_path, workers):
+    summary, digest = golden_run(str(tmp_path / "a.db"), workers)
     assert summary.status == "finished" and summary.generations_done == 10
     assert digest == GOLDEN
+
+
+def test_an_avx2_only_cpu_computes_the_same_archive(tmp_path):
+    """Same seed, same archive on another CPU: the golden search on an emulated Haswell
+    (qemu-x86_64 -cpu Haswell: AVX2 and FMA, no AVX-512), where numpy, OpenBLAS and numba
+    pick their AVX2 code by themselves, as on a real AVX2-only machine. Why: the digest
+    above is an AVX-512 machine's (numpy pinned to its AVX2 loops, evaluator/__init__.py);
+    this checks that the pins make it every AVX2 machine's (qemu emulates the floating-point
+    instructions in software, rounding as IEEE 754 prescribes). ``EVOLVE_NATIVE_SIMD=1``:
+    on such a machine the numpy pin does nothing (qemu-user shows the host's /proc/cpuinfo,
+    AVX-512 flags included)."""
+    qemu = require_qemu()
+    code = ("import os, sys; sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]; "
+            "from test_golden_archive import golden_run; "
+            "s, d = golden_run(sys.argv[2], 1); print(s.status, s.generations_done, d)")
+    env = {**os.environ, "EVOLVE_NATIVE_SIMD": "1"}
+    env.pop("NPY_DISABLE_CPU_FEATURES", None)
+    out = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", code,
+                          str(Path(__file__).parent), str(tmp_path / "a.db")],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == ["finished", "10", GOLDEN]
 
 
 def test_a_twin_is_rejected_before_it_is_fitted(tmp_path):
