@@ -5,7 +5,8 @@ Why Ray and how it is used:
 * Ray is an engine people already run (a laptop, a VM, KubeRay); evolve adds no scheduler
   of its own. Without ``run.ray_address`` a Ray instance is started for the run with
   ``run.workers`` CPUs, on the loopback address; with one, the driver joins that cluster
-  and every CPU of it fits children.
+  and every CPU of it fits children, its workers started with this process's kernel pins
+  (:func:`worker_pins`), so they compute what the driver would.
 * The run's data goes to Ray's object store once, not with every task: the *static* part
   (measured scenarios, closed-loop stage slices, physics probes) once per run, the
   *corpus* part (fitting windows of the current corpora, corpus version, fingerprint
@@ -52,6 +53,7 @@ from evolve.search.pool import Job
 MAX_RETRIES = 3  # a task whose worker died is run again up to this many times
 OBJECT_STORE_BYTES = 1 << 30  # object store of a Ray instance started for the run
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+PINNED_ENV = ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")  # set by importing evaluator
 PROBE_S, PROBES_LOST = 5.0, 4  # a GCS silent for 20 s is lost (Ray gives up after 60 s)
 
 # the connection of this process: (address or "", CPUs of a started instance)
@@ -114,7 +116,9 @@ def connect(address: str = "", workers: int = 1) -> str:
     opts: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     try:
         if address:
-            ray.init(address=address, **opts)
+            pins = worker_pins()
+            ray.init(address=address, runtime_env={"env_vars": pins} if pins else None,
+                     **opts)
         else:
             ray.init(num_cpus=key[1], include_dashboard=False,
                      object_store_memory=OBJECT_STORE_BYTES, **opts)
@@ -128,6 +132,20 @@ def connect(address: str = "", workers: int = 1) -> str:
         stopping.reclaim()  # ray.init replaced the SIGTERM handler of a running search
     _CONNECTED = key
     return str(ray.get_runtime_context().gcs_address)
+
+
+def worker_pins() -> dict[str, str]:
+    """This process's kernel pins (evaluator/__init__.py: OpenBLAS's kernel family, numpy's
+    SIMD level), for the workers of a cluster the run joins.
+
+    Why: the pins act only where numpy is not loaded yet. A Ray instance the run starts
+    inherits them from the driver; a cluster someone started with ``ray start`` does not,
+    and its workers are pinned only because our task functions import evolve before
+    anything imports numpy. A worker that loaded numpy first (a preloaded module, a set-up
+    hook; a probe did on purpose, 2026-11-27) ran numpy's AVX-512 loops on an AVX-512
+    machine and fitted other constants than the driver would. Ray starts the workers of a
+    job with its runtime environment's variables set, so the pins are passed that way."""
+    return {k: os.environ[k] for k in PINNED_ENV if k in os.environ}
 
 
 def disconnect() -> None:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from needs import missing
 
+from evolve.search.ray_executor import PINNED_ENV
+
 INSTALL = "run scripts/ci_setup_services.sh (as in scripts/setup.sh)"
 
 
@@ -184,7 +186,9 @@ class RayCluster:
 @contextlib.contextmanager
 def ray_cluster(cpus: int = 2) -> Iterator[RayCluster]:
     """``ray start --head --block`` on 127.0.0.1:<free port>; stopped with SIGTERM to that
-    process, which stops everything it started."""
+    process, which stops everything it started. Started without the kernel pins that
+    importing evolve sets in this process (as ``ray start`` from a shell is): a run that
+    joins it must bring them to its workers (``ray_executor.worker_pins``)."""
     import importlib.util
 
     ray_cli = Path(sys.executable).parent / "ray"  # not imported here: the executor sets
@@ -192,7 +196,8 @@ def ray_cluster(cpus: int = 2) -> Iterator[RayCluster]:
     require("Ray", "EVOLVE_SKIP_RAY", ok, "Ray is not installed (pip install -e '.[ray]')")
     temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: unix socket paths
     port = free_port()
-    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
+    env = {k: v for k, v in os.environ.items() if k not in PINNED_ENV}
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
     log = temp_dir / "start.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(

@@ -37,6 +37,36 @@ def test_ray_cluster_gives_the_local_archive(ray_head, sqlite_reference, tmp_pat
     assert ray.get_runtime_context().gcs_address == ray_head.address  # joined, not started
 
 
+def test_the_workers_of_a_joined_cluster_run_as_the_driver(ray_head):
+    """The cluster was started without the kernel pins (``ray_cluster``), as ``ray start``
+    from a shell is; the run brings them to its workers, so that their numpy runs the
+    loops the driver's runs even where numpy is loaded before evolve (a preloaded module, a
+    worker set-up hook). The probe imports numpy first on purpose: without the pins in its
+    environment it ran numpy's AVX-512 loops on this machine, and a worker that had run it
+    then fitted the tiny search's children into another archive than the local one."""
+    from evaluator import _cpu_flags
+    from evolve.search import ray_executor
+
+    def simd(names: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+        """The pins in this process's environment and the SIMD targets its numpy runs
+        (numpy imported before anything of evolve)."""
+        import os as os_
+
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+        return ({k: os_.environ[k] for k in names if k in os_.environ},
+                sorted(t for t in __cpu_dispatch__ if __cpu_features__.get(t)))
+
+    ray_executor.disconnect()
+    ray_executor.connect(ray_head.address, 1)  # before importing Ray: it sets Ray's env
+    import ray
+
+    if {"avx2", "fma"} <= _cpu_flags():
+        assert ray_executor.worker_pins(), "importing evolve pins OpenBLAS on this CPU"
+    names = ray_executor.PINNED_ENV
+    assert ray.get(ray.remote(simd).remote(names)) == simd(names)
+
+
 class _Killer(threading.Thread):
     """Kills (SIGKILL) the first Ray worker of the cluster seen running a child's fit."""
 
