@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from evaluator import PINNED_ENV
 from evaluator.baselines import baseline_models
 from evaluator.corpus import Corpus, FitSet, build_fit_set
 from evaluator.experiment import ExperimentSpec, experiment_dirs, load_scenarios, write_experiment
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_STEP_US",
     "N_FEATURES",
     "PEAK_FLOPS",
+    "PINNED_ENV",
     "SENSITIVITY_DELTA",
     "STAT_INDEX",
     "ConstMap",

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluator.api import PINNED_ENV
 from evolve.errors import ClusterLost, UserError
 from evolve.language import parse_program
 from evolve.search.context import RunContext, Scored
@@ -53,7 +54,6 @@ from evolve.search.pool import Job
 MAX_RETRIES = 3  # a task whose worker died is run again up to this many times
 OBJECT_STORE_BYTES = 1 << 30  # object store of a Ray instance started for the run
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
-PINNED_ENV = ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")  # set by importing evaluator
 PROBE_S, PROBES_LOST = 5.0, 4  # a GCS silent for 20 s is lost (Ray gives up after 60 s)
 
 # the connection of this process: (address or "", CPUs of a started instance)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from needs import missing
 
-from evolve.search.ray_executor import PINNED_ENV
+from evaluator import PINNED_ENV
 
 INSTALL = "run scripts/ci_setup_services.sh (as in scripts/setup.sh)"
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from needs import require_qemu
 
+from evaluator import PINNED_ENV
 from evolve.archive import Archive
 from evolve.archive.digest import archive_digest
 from evolve.config import Config, apply_dict, validate
@@ -101,7 +102,7 @@ def test_an_avx2_only_cpu_computes_the_same_archive(tmp_path):
             "from test_golden_archive import golden_run; "
             "s, d = golden_run(sys.argv[2], 1); print(s.status, s.generations_done, d)")
     env = {**os.environ, "EVOLVE_NATIVE_SIMD": "1"}
-    for pinned in ("NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE"):
+    for pinned in PINNED_ENV:
         env.pop(pinned, None)
     out = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", code,
                           str(Path(__file__).parent), str(tmp_path / "a.db")],
