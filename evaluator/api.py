@@ -171,7 +171,7 @@ class Evaluator:
     def refresh_corpora(self, model: StepModel, consts: ConstMap, window_steps: int = 2000,
                         names: Sequence[str] | None = None,
                         progress: Callable[[str], None] | None = None,
-                        strict: bool = False) -> str:
+                        strict: bool = False, measured: bool = True) -> str:
         """Re-simulate with ``model``; keep the corpora and their fitting subsamples.
 
         Returns the corpus version: a content hash of the corpora, stored with every
@@ -180,6 +180,8 @@ class Evaluator:
         corpus; ``strict`` refuses it (``ValueError`` naming the run, nothing kept), for
         corpora nothing better can replace (the first ones). Otherwise the caller judges
         them (the search scores them and keeps the old ones when the loss is infinite).
+        ``measured=False``: fitting subsamples that read no measurement
+        (:func:`evaluator.corpus.build_fit_set`).
         """
         sims = self.simulate(model, consts, names, progress=progress)
         failed = [(n, r.error) for n, r in sims.items() if r.error]
@@ -187,7 +189,8 @@ class Evaluator:
             raise ValueError(f"{failed[0][0]}: {failed[0][1]}")
         for name, res in sims.items():
             self.corpora[name] = res.corpus
-            self.fit_sets[name] = build_fit_set(self.by_name[name], res.corpus, window_steps)
+            self.fit_sets[name] = build_fit_set(self.by_name[name], res.corpus, window_steps,
+                                                measured)
         import hashlib
 
         h = hashlib.sha256()

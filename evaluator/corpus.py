@@ -97,15 +97,22 @@ class FitSet:
     meas: dict[str, float]  # measured means over the kept requests
 
 
-def build_fit_set(scenario, corpus: Corpus, window_steps: int = 2000) -> FitSet:
-    """One window per load stage (middle of the stage); precompute features and targets."""
+def build_fit_set(scenario, corpus: Corpus, window_steps: int = 2000,
+                  measured: bool = True) -> FitSet:
+    """One window per load stage (middle of the stage); precompute features and targets.
+
+    ``measured=False``: a fit set that reads no measurement (its requests are every one the
+    corpus completed, ``meas`` is empty), for targets that are another program's
+    predictions (:mod:`evolve.fitting.calibrate`, a model nobody measured)."""
     n = corpus.n_steps
     step_start = np.concatenate([[0.0], corpus.end_us[:-1]])
     stage = scenario.stage_of(step_start)
     m = scenario.measured
     done = (corpus.last_step >= 0) & ~corpus.aborted & (corpus.first_step >= 0)
-    ok = done & ~m.failed & np.isfinite(m.e2e_s) & np.isfinite(m.ttft_s)
-    ok &= corpus.wait_us <= wait_limit_us(m.ttft_s)
+    ok = done.copy()
+    if measured:
+        ok &= ~m.failed & np.isfinite(m.e2e_s) & np.isfinite(m.ttft_s)
+        ok &= corpus.wait_us <= wait_limit_us(m.ttft_s)
     if scenario.scored is not None:
         ok &= scenario.scored
     life = corpus.last_step[done] - corpus.admit_step[done]
@@ -141,7 +148,7 @@ def build_fit_set(scenario, corpus: Corpus, window_steps: int = 2000) -> FitSet:
     req = cat(keep)
     out = scenario.output_tokens[req]
     meas = {}
-    if req.size:
+    if req.size and measured:
         e2e, ttft = m.e2e_s[req], m.ttft_s[req]
         meas = {"e2e_mean": float(e2e.mean()), "ttft_mean": float(ttft.mean()),
                 "itl_mean": float(np.mean((e2e - ttft) / np.maximum(out - 1, 1)))}

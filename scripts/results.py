@@ -6,7 +6,8 @@ Usage::
                               [--out runs/results] [--readme README.md] [--config F]
 
 Runs (or reuses, from ``--out``) one ``evolve run`` per seed, validates each seed's pick
-closed loop on all 16 runs and runs ``evolve generalize`` (LOMO and LOWO) on it, runs
+closed loop on all 16 runs and runs ``evolve generalize`` on it (LOMO, calibrated to the
+rule and with the pick's own global set, and LOWO), runs
 ``evolve baselines`` and the LOMO of the ``layered`` seed (docs/selection.md's rule for a
 model nobody measured: one global set, refitted without each model, fitting seeds 7, 1, 2, 3, 4);
 then rewrites the README between the markers
@@ -32,6 +33,10 @@ from results_render import render
 
 RULE_SEEDS = (7, 1, 2, 3, 4)  # fitting seeds of the rule's LOMO: the search seeds of issue 11
 RULE_ARGS = ("--mode", "lomo", "--polish-evals", "0")  # docs/selection.md: no closed-loop polish
+# each pick held out: its constants for an unseen model calibrated to the rule (the default),
+# the same with its own global set (the figure before 2026-11-27), and each workload
+HELD = (("lomo", ("--mode", "lomo")), ("lomo-global", ("--mode", "lomo", "--unseen", "global")),
+        ("lowo", ("--mode", "lowo")))
 
 
 def cli(*args: str) -> str:
@@ -71,9 +76,9 @@ def one_seed(seed: int, args: argparse.Namespace, workers: int) -> dict[str, Any
         "validate", run["pick"], "--archive", str(db), "--no-plots", "--json")))
     print(f"seed {seed}: pick {run['pick'][:12]}", file=sys.stderr, flush=True)
     held: dict[str, Any] = {}
-    for mode in () if args.no_heldout else ("lomo", "lowo"):
-        held[mode] = cached(out / f"seed-{seed}.{mode}.json", lambda m=mode: json.loads(cli(
-            "generalize", run["pick"], "--archive", str(db), "--mode", m, "--json")))
+    for mode, flags in () if args.no_heldout else HELD:
+        held[mode] = cached(out / f"seed-{seed}.{mode}.json", lambda f=flags: json.loads(cli(
+            "generalize", run["pick"], "--archive", str(db), *f, "--json")))
     return {**run, "validate": val, "held": held}
 
 

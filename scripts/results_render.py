@@ -77,15 +77,25 @@ def _targets(seeds: list[dict[str, Any]], held: dict[str, Any]) -> list[str]:
     n6 = sum(med[n]["e2e_mean"] <= 6 for n in normal)
     line(n3 >= 10 and n6 == len(normal), f"normal runs mean E2E within 3 % on {n3} of "
          f"{len(normal)} (target 10), within 6 % on {n6} of {len(normal)} (target all)")
-    for mode, need in (("lomo", 10), ("lowo", 12)):
+    for mode, need, what in (("lomo", 10, "LOMO (an unseen model's constants calibrated "
+                                           "to the `layered` rule fitted without it)"),
+                             ("lowo", 12, "LOWO")):
         if mode not in held:
             continue
         per_seed = [within(s["held"][mode]) for s in seeds if mode in s.get("held", {})]
         k = float(np.median([a for a, _ in per_seed]))
-        line(k >= need, f"{mode.upper()} held-out normal runs within 10 % mean E2E: median "
+        line(k >= need, f"{what} held-out normal runs within 10 % mean E2E: median "
              f"{k:g} of {per_seed[0][1]} (target {need}; per seed " + ", ".join(
                  f"{s['seed']}: {a}" for s, (a, _) in zip(seeds, per_seed, strict=False))
              + ")")
+    own = [within(s["held"]["lomo-global"]) for s in seeds
+           if "lomo-global" in s.get("held", {})]
+    if own:
+        lines.append("- for comparison, the picks' LOMO with their own global set (`--unseen "
+                     f"global`): median {float(np.median([a for a, _ in own])):g} of "
+                     f"{own[0][1]} (per seed " + ", ".join(
+                         f"{s['seed']}: {a}" for s, (a, _) in zip(seeds, own, strict=False))
+                     + ")")
     if "rule" in held:
         counts = [within(r) for r in held["rule"]]
         k = float(np.median([a for a, _ in counts]))
@@ -184,8 +194,11 @@ def render(seeds: list[dict[str, Any]], base: dict[str, Any], held: dict[str, An
         what = (f"{first['pick'][:12]} --mode {mode}" if mode != "rule"
                 else f"layered --mode lomo --polish-evals {result['polish_evals']} "
                 f"--seed {result['seed']}")
-        out += ["", f"**{title}** (`evolve generalize {what}`; "
-                "constants refitted without the held-out runs, which are simulated closed "
+        how = ("the held-out model's constants calibrated to the `layered` rule fitted "
+               "without it" if result.get("unseen") == "layered" else
+               "constants refitted without the held-out runs")
+        out += ["", f"**{title}** (`evolve generalize {what}`; {how}; the held-out runs "
+                "simulated closed "
                 "loop; mean E2E / TTFT / decode APE; `knee xK`: its simulated mean E2E "
                 "moves K times as much as every step time, so a miss there is a K times "
                 "smaller step-time error):", "",

@@ -6,7 +6,9 @@ Usage::
                                     [--max-evals 3000] [--polish-evals 60] [--json]
 
 For every hall-of-fame member of the run's last generation, ``evolve generalize ID --mode
-lomo --json`` (cached in ``--out``, default ``ARCHIVE.lomo/``) gives the real figure: its
+lomo --unseen global --json`` (cached in ``--out``, default ``ARCHIVE.lomo/``; the held-out
+model gets the program's own global set, which is what a transfer loss predicts) gives
+the real figure: its
 held-out normal runs within 10 % mean E2E (``count``) and their RMS mean-E2E APE (``rms``,
 each capped at 1000 %). Beside it, three teacher-forced losses of each held-out model's
 *training* runs, on the run's last corpora, under one global set per fold fitted
@@ -130,7 +132,8 @@ def main() -> int:
         if not path.exists():
             print(f"generalize {m['id'][:12]}", file=sys.stderr, flush=True)
             path.write_text(cli("generalize", m["id"], "--archive", args.archive, *run,
-                                "--mode", "lomo", "--data", data, "--max-evals",
+                                "--mode", "lomo", "--unseen", "global", "--data", data,
+                                "--max-evals",
                                 str(args.max_evals), "--polish-evals",
                                 str(args.polish_evals), "--json"))
         lomo = json.loads(path.read_text())

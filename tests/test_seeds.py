@@ -4,6 +4,7 @@ trained_physics carries BLIS's published coefficients, and ``evolve fit`` works.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -362,15 +363,43 @@ def test_generalize_pool_strength_pulls_each_model_towards_the_global_set(capsys
 
 
 def test_generalize_text_ends_with_the_issue_count(capsys, data_path):
-    """The table ends with the count the held-out targets are stated in; a program other
-    than `layered` is pointed to the rule for a model nobody measured."""
-    prog = SEEDS_DIR / "kernels.py"
-    for target, note in (("layered", False), (str(prog), True)):
+    """The table ends with the count the held-out targets are stated in; a program whose
+    held-out model got its own global set (`--unseen global`) is pointed to the rule for a
+    model nobody measured."""
+    prog = str(SEEDS_DIR / "kernels.py")
+    for target, extra, note in (("layered", [], False), (prog, [], False),
+                                (prog, ["--unseen", "global"], True)):
         assert main(["generalize", target, "--mode", "lomo", "--data", str(data_path),
-                     "--max-evals", "20", "--polish-evals", "0"]) == 0
-        last = capsys.readouterr().out.strip().splitlines()[-1]
-        assert re.fullmatch(r"held-out normal runs within 10 % mean E2E: \d+ of 12.*", last)
-        assert ("uses the `layered` rule" in last) == note, last
+                     "--max-evals", "20", "--polish-evals", "0", *extra]) == 0
+        out = capsys.readouterr().out.strip().splitlines()
+        assert re.fullmatch(r"held-out normal runs within 10 % mean E2E: \d+ of 12.*",
+                            out[-1])
+        assert ("calibrates a program to the `layered` rule" in out[-1]) == note, out[-1]
+        assert ("calibrated to `layered`" in out[0]) == (target == prog and not extra)
+
+
+def test_lomo_carries_a_program_to_an_unseen_model_through_the_rule(capsys, data_path):
+    """By default a held-out model's constants are the program calibrated to `layered`
+    fitted without that model: the reference of each fold is exactly the rule's own LOMO
+    fold, and the calibrated set is a full set of the program's constants. `--unseen`
+    is refused for leave-one-workload-out."""
+    common = ["--mode", "lomo", "--data", str(data_path), "--max-evals", "40",
+              "--polish-evals", "0", "--json"]
+    assert main(["generalize", "layered", *common]) == 0
+    rule = json.loads(capsys.readouterr().out)
+    assert rule["unseen"] == "global"  # the rule itself
+    assert main(["generalize", str(SEEDS_DIR / "kernels.py"), *common]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unseen"] == "layered"
+    names = {s.name for s in parse_program((SEEDS_DIR / "kernels.py").read_text()).constants}
+    for fold, c in out["constants"].items():
+        assert c["reference"] == rule["constants"][fold]["global"]
+        assert set(c["calibrated"]) == names and math.isfinite(c["match_loss"])
+        assert sorted(out["folds"][fold]) == sorted(rule["folds"][fold])
+    assert out["constants"]["llama-2-7b"]["calibrated"] != \
+        out["constants"]["mixtral-8x7b"]["calibrated"]
+    assert main(["generalize", "layered", "--mode", "lowo", "--unseen", "layered"]) == 2
+    assert "--unseen: applies to --mode lomo" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("mode, what", [("lomo", "models"), ("lowo", "workloads")])

@@ -4,9 +4,14 @@ For every fold, the program's constants are fitted on the runs that remain (teac
 then polished closed loop on stage slices) and the held-out runs are simulated closed loop,
 and again at step times 3 % shorter and longer: a miss on a run at its knee (mean E2E
 moving several times the step-time change) is a small step-time error.
-Leave-one-model-out needs one global constant set (the held-out model has none of its own:
-it gets the global set, or a pooled program's global set that the models' sets shrink to);
-leave-one-workload-out keeps the program's usual per-model sets. Reasoning runs are never
+Leave-one-model-out asks what the program predicts for a model nobody measured. By default
+(``--unseen layered``, docs/selection.md's rule) the `layered` seed is fitted globally
+without the held-out model, simulates the held-out model's normal workloads, and the
+program's constants for that model are calibrated to it (:mod:`evolve.fitting.calibrate`);
+the program's own fit is not needed. ``--unseen global`` gives the held-out model the
+program's global set fitted without it (a pooled program's global set that the models'
+sets shrink to): the per-model constants of a searched program do not transfer that way.
+Leave-one-workload-out keeps the program's usual per-model sets. Reasoning runs are never
 fitted on (they are overloaded: teacher forcing cannot price their queues), but are
 reported when held out.
 """
@@ -19,10 +24,13 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from evolve.codegen import step_model
 from evolve.config import FitSection
 from evolve.errors import UserError
 from evolve.heldout import normal_within
+from evolve.language import parse_program
 from evolve.reporting import table
 from evolve.targets import (
     add_simulator_flags,
@@ -35,11 +43,12 @@ from evolve.targets import (
 )
 
 if TYPE_CHECKING:
-    from evaluator.api import Evaluator
+    from evaluator.api import ConstMap, Evaluator
     from evolve.language import Program
 
 Groups = dict[str, dict[str, float]]
 
+RULE = "layered"  # docs/selection.md: the program built for a model nobody measured
 HELP = "leave-one-model-out / leave-one-workload-out: fit on the rest, validate held out"
 
 
@@ -75,6 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="S", help="pooled scope: pull each model's constants "
                         "towards the global set with strength S / (its training runs); as "
                         "fit.pool_strength (default: %(default)s)")
+    parser.add_argument("--unseen", choices=["layered", "global"],
+                        help="--mode lomo: the held-out model's constants, calibrated to the "
+                        "`layered` rule fitted without it (default) or the program's own "
+                        "global set fitted without it (docs/selection.md)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -87,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator, e2e_response
     from evolve.fitting import const_map
 
+    if args.unseen and args.mode != "lomo":
+        raise UserError("--unseen: applies to --mode lomo (a held-out model); "
+                        "--mode lowo holds out workloads of measured models")
     program, groups, label = load_target(args)
+    unseen = "global" if args.mode != "lomo" or label == RULE else (args.unseen or RULE)
     ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args)))
     note_roofline_kernels(program, ev.scenarios)
     if args.constants:
@@ -112,10 +129,14 @@ def run(args: argparse.Namespace) -> int:
         test = [s.name for s in ev.scenarios if key(s) == held]
         print(f"fold {held}: fit on {len(train)} runs, validate on {len(test)}",
               file=sys.stderr)
-        fitted = refit_fold(program, ev, train, scope, start_groups, args.seed,
-                            args.max_evals, args.polish_evals, args.prior, args.pool)
-        fold_consts[held] = fitted
-        consts = const_map(program, fitted, ev.scenarios, scope)
+        if unseen == RULE:
+            fold_consts[held], consts = carry_to(program, ev, train, test, normal_names,
+                                                 args)
+        else:
+            fitted = refit_fold(program, ev, train, scope, start_groups, args.seed,
+                                args.max_evals, args.polish_evals, args.prior, args.pool)
+            fold_consts[held] = fitted
+            consts = const_map(program, fitted, ev.scenarios, scope)
         sims = ev.simulate(model, consts, names=test)
         out[held] = {n: r.metrics.to_dict() for n, r in sims.items()}
         knees[held] = e2e_response(ev.simulate, model, consts, sims)
@@ -124,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump({"program": program.id, "mode": args.mode, "seed": args.seed,
                    "scope": scope, "max_evals": args.max_evals,
                    "polish_evals": args.polish_evals, "folds": out, "sensitivity": knees,
+                   "unseen": unseen,
                    "constants": fold_consts,
                    "normal_within_10pct": {"runs": hits, "of": n_normal}}, sys.stdout,
                   indent=1, sort_keys=True)
@@ -138,12 +160,14 @@ def run(args: argparse.Namespace) -> int:
                          f"{100 * m['ape'].get('itl_mean', float('inf')):.1f}%",
                          f"{m['pred'].get('failures', 0):.0f}/{m['meas'].get('failures', 0):.0f}",
                          _knee(knees[held].get(name)), m["reason"]])
-    print(f"{args.mode} for {label} (scope {scope}); held-out runs, closed loop")
+    how = (f"held-out model calibrated to `{RULE}`" if unseen == RULE else f"scope {scope}")
+    print(f"{args.mode} for {label} ({how}); held-out runs, closed loop")
     print(table(["held out", "run", "E2E APE", "TTFT APE", "decode APE", "failed sim/meas",
                  "E2E at step -/+3 %", "note"], rows, right=(2, 3, 4, 5, 6)))
     print(f"held-out normal runs within 10 % mean E2E: {hits} of {n_normal}"
-          + ("" if args.mode == "lowo" or label == "layered" else
-             " (for a model nobody measured docs/selection.md uses the `layered` rule)"))
+          + ("" if args.mode == "lowo" or label == RULE or unseen == RULE else
+             " (for a model nobody measured docs/selection.md calibrates a program to the "
+             "`layered` rule: --unseen layered)"))
     return 0
 
 
@@ -168,6 +192,32 @@ def refit_fold(program: Program, ev: Evaluator, train: list[str], scope: str,
                                  max_evals=polish_evals, prior_strength=prior,
                                  pool_strength=pool, probes=probes).groups
     return fitted
+
+
+def carry_to(program: Program, ev: Evaluator, train: list[str], test: list[str],
+             normal: set[str], args: argparse.Namespace) -> tuple[dict, ConstMap]:
+    """The held-out model's constants by docs/selection.md's rule: `layered` fitted
+    globally on ``train`` as its own LOMO fold is (teacher forced, no polish), its batches
+    for the held-out normal runs, and ``program`` calibrated to it there. Returns what the
+    JSON stores (the reference's set, the calibrated set, the match loss) and the constants
+    of the held-out runs."""
+    from evolve.fitting import const_map
+    from evolve.fitting.calibrate import calibrate
+    from evolve.physics import probes_for
+    from evolve.targets import program_file
+
+    reference = parse_program(program_file(RULE).read_bytes())  # type: ignore[union-attr]
+    ref_groups = refit_fold(reference, ev, train, "global", {}, args.seed, args.max_evals,
+                            0, args.prior, args.pool)
+    held = [ev.by_name[n] for n in test]
+    ref_consts = const_map(reference, ref_groups, held, "global")
+    fit_on = [n for n in test if n in normal]
+    ev.refresh_corpora(step_model(reference), ref_consts, names=fit_on, measured=False)
+    calibrated, match = calibrate(program, ev, fit_on, reference, ref_consts,
+                                  seed=args.seed, probes=probes_for(ev, fit_on))
+    vec = np.array([calibrated[k] for k in program.const_names], dtype=np.float64)
+    return ({"reference": ref_groups["global"], "calibrated": calibrated,
+             "match_loss": match}, {n: vec.copy() for n in test})
 
 
 def _knee(v: dict[str, float] | None) -> str:

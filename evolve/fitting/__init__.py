@@ -10,7 +10,9 @@ seeding, and differ only in what one evaluation costs:
 * :mod:`~evolve.fitting.teacher_forced`: the vectorised fitting-window loss and
   :func:`fit_program`, used for every candidate;
 * :mod:`~evolve.fitting.closed_loop`: the simulation-backed loss on stage slices and
-  :func:`closed_loop_fit`, the polish for the programs that matter.
+  :func:`closed_loop_fit`, the polish for the programs that matter;
+* :mod:`~evolve.fitting.calibrate`: constants for a model nobody measured, fitted to a
+  reference program's predictions rather than to measurements.
 """
 
 from __future__ import annotations
