@@ -46,6 +46,7 @@ from evaluator.simulator import SimResult, simulate
 from evaluator.synthetic import ProbeBatches, probe_batches
 from evaluator.trace_export import replay_command, scenario_trace, shell
 from evaluator.tracev2 import read_tracev2, write_tracev2
+from evaluator.unseen import unseen_scenarios
 
 __all__ = [
     "FEATURES",
@@ -88,6 +89,7 @@ __all__ = [
     "scenario_trace",
     "shell",
     "step_time_problem",
+    "unseen_scenarios",
     "usable_steps",
     "with_prompt_cache",
     "write_experiment",

@@ -40,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "baselines": ("evolve.commands.baselines", "closed-loop scores of the published models"),
     "generalize": ("evolve.commands.generalize",
                    "leave-one-model/workload-out: fit on the rest, validate held out"),
+    "calibrate": ("evolve.commands.calibrate",
+                  "constants for a model nobody measured, calibrated to the layered rule"),
     "export-go": ("evolve.commands.export_go", "translate a program to a BLIS Go model"),
     "llm-check": ("evolve.commands.llm_check", "send one tiny request to an LLM endpoint"),
     "report": ("evolve.commands.report", "write a static HTML report of a run"),

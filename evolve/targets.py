@@ -72,6 +72,20 @@ def program_file(spec: str) -> Path | None:
     return path if path.is_file() else seed_path(spec)
 
 
+RULE = "layered"  # docs/selection.md: the program built for a model nobody measured
+
+
+def rule_program() -> Program:
+    """The `layered` seed: the reference a program is calibrated to for a model nobody
+    measured (docs/selection.md)."""
+    from evolve.language import parse_program
+
+    path = seed_path(RULE)
+    if path is None:  # the seeds ship with the package
+        raise UserError(f"{SEEDS_DIR}: the {RULE} seed is missing (a broken install)")
+    return parse_program(path.read_bytes())
+
+
 def check_id_spec(spec: str, archive: str) -> None:
     """A name that is no file and no seed must be an id prefix (hex) to look up in the
     archive; say all three choices rather than "ids are hex" alone."""

@@ -29,16 +29,18 @@ import numpy as np
 from evolve.codegen import step_model
 from evolve.config import FitSection
 from evolve.errors import UserError
+from evolve.fitting.refit import refit_fold
 from evolve.heldout import normal_within
-from evolve.language import parse_program
 from evolve.reporting import table
 from evolve.targets import (
+    RULE,
     add_simulator_flags,
     check_groups,
     infer_scope,
     load_target,
     note_roofline_kernels,
     on_all_cores,
+    rule_program,
     simulator_options,
 )
 
@@ -48,7 +50,6 @@ if TYPE_CHECKING:
 
 Groups = dict[str, dict[str, float]]
 
-RULE = "layered"  # docs/selection.md: the program built for a model nobody measured
 HELP = "leave-one-model-out / leave-one-workload-out: fit on the rest, validate held out"
 
 
@@ -171,53 +172,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def refit_fold(program: Program, ev: Evaluator, train: list[str], scope: str,
-               start_groups: Groups, seed: int, max_evals: int, polish_evals: int,
-               prior: float, pool: float) -> Groups:
-    """One fold's constants: the fold's runs re-simulated with the program at
-    ``start_groups`` (its batches, not another model's), a teacher-forced fit with the
-    search's physics penalty, then a closed-loop polish. ``scripts/transfer_rank.py``
-    calls it too, so the figures it compares are this procedure's."""
-    from evolve.fitting import closed_loop_fit, const_map, fit_program
-    from evolve.physics import probes_for
-
-    model = step_model(program)
-    ev.refresh_corpora(model, const_map(program, start_groups, ev.scenarios, scope),
-                       names=train)
-    probes = probes_for(ev, train)  # the same physics penalty as the search's fits
-    fitted = fit_program(program, ev, train, scope, seed=seed, max_evals=max_evals,
-                         probes=probes, prior_strength=prior, pool_strength=pool).groups
-    if polish_evals > 0:
-        fitted = closed_loop_fit(program, ev, train, scope, seed, start=fitted,
-                                 max_evals=polish_evals, prior_strength=prior,
-                                 pool_strength=pool, probes=probes).groups
-    return fitted
-
-
 def carry_to(program: Program, ev: Evaluator, train: list[str], test: list[str],
              normal: set[str], args: argparse.Namespace) -> tuple[dict, ConstMap]:
-    """The held-out model's constants by docs/selection.md's rule: `layered` fitted
-    globally on ``train`` as its own LOMO fold is (teacher forced, no polish), its batches
-    for the held-out normal runs, and ``program`` calibrated to it there. Returns what the
-    JSON stores (the reference's set, the calibrated set, the match loss) and the constants
-    of the held-out runs."""
-    from evolve.fitting import const_map
-    from evolve.fitting.calibrate import calibrate
-    from evolve.physics import probes_for
-    from evolve.targets import program_file
+    """The held-out model's constants by docs/selection.md's rule
+    (:func:`evolve.fitting.calibrate.carry`: `layered` fitted on ``train``, the program
+    calibrated to it on the held-out normal runs' workloads). Returns what the JSON
+    stores and the constants of the held-out runs."""
+    from evolve.fitting.calibrate import carry
 
-    reference = parse_program(program_file(RULE).read_bytes())  # type: ignore[union-attr]
-    ref_groups = refit_fold(reference, ev, train, "global", {}, args.seed, args.max_evals,
-                            0, args.prior, args.pool)
-    held = [ev.by_name[n] for n in test]
-    ref_consts = const_map(reference, ref_groups, held, "global")
-    fit_on = [n for n in test if n in normal]
-    ev.refresh_corpora(step_model(reference), ref_consts, names=fit_on, measured=False)
-    calibrated, match = calibrate(program, ev, fit_on, reference, ref_consts,
-                                  seed=args.seed, probes=probes_for(ev, fit_on))
-    vec = np.array([calibrated[k] for k in program.const_names], dtype=np.float64)
-    return ({"reference": ref_groups["global"], "calibrated": calibrated,
-             "match_loss": match}, {n: vec.copy() for n in test})
+    record = carry(program, rule_program(), ev, train, [n for n in test if n in normal],
+                   seed=args.seed, max_evals=args.max_evals, prior=args.prior,
+                   pool=args.pool)
+    vec = np.array([record["calibrated"][k] for k in program.const_names], dtype=np.float64)
+    return record, {n: vec.copy() for n in test}
 
 
 def _knee(v: dict[str, float] | None) -> str:

@@ -22,14 +22,16 @@ held-out reasoning runs closer than the reference does; README).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from evaluator.api import ConstMap, Evaluator, ProbeBatches, StepModel
 from evolve.codegen import step_model
-from evolve.fitting.bounds import Box
+from evolve.fitting.bounds import Box, const_map
 from evolve.fitting.cmaes import PENALTY, minimize
 from evolve.fitting.inert import inert_constants
+from evolve.fitting.refit import refit_fold
 from evolve.fitting.teacher_forced import (
     DEFAULT_MAX_EVALS,
     DEFAULT_RESTARTS,
@@ -39,7 +41,7 @@ from evolve.fitting.teacher_forced import (
     Penalised,
 )
 from evolve.language import Program
-from evolve.physics import PhysicsPenalty
+from evolve.physics import PhysicsPenalty, probes_for
 
 
 class MatchObjective(GroupObjective):
@@ -130,3 +132,23 @@ def calibrate(program: Program, evaluator: Evaluator, names: Sequence[str],
                  sigma0=SIGMA0, restarts=restarts, tolerances=TOLERANCES, fixed=fixed)
     return ({k: float(v) for k, v in zip(program.const_names, m.x, strict=True)},
             float(m.f) if m.f < PENALTY else float("inf"))
+
+
+def carry(program: Program, reference: Program, evaluator: Evaluator, fit_on: Sequence[str],
+          unseen: Sequence[str], *, seed: int, max_evals: int, prior: float,
+          pool: float) -> dict[str, Any]:
+    """docs/selection.md's rule for a model nobody measured, for any ``program``: the
+    ``reference`` fitted with one global set on the measured runs ``fit_on`` as the rule's
+    own LOMO fold is (teacher forced, ``max_evals``, no polish), its batches for the
+    ``unseen`` runs (kept without measurements), and ``program`` calibrated to it there.
+    Returns the reference's set, the calibrated set and the match loss."""
+    ref_groups = refit_fold(reference, evaluator, list(fit_on), "global", {}, seed, max_evals,
+                            0, prior, pool)
+    ref_consts = const_map(reference, ref_groups, [evaluator.by_name[n] for n in unseen],
+                           "global")
+    evaluator.refresh_corpora(step_model(reference), ref_consts, names=list(unseen),
+                              measured=False)
+    calibrated, match = calibrate(program, evaluator, list(unseen), reference, ref_consts,
+                                  seed=seed, probes=probes_for(evaluator, list(unseen)))
+    return {"reference": ref_groups["global"], "calibrated": calibrated,
+            "match_loss": match}

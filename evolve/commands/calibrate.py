@@ -1,0 +1,158 @@
+"""``evolve calibrate PROGRAM --model-config DIR --tp N --kv-blocks N``: a program's
+constants for a model nobody measured, and what it predicts there.
+
+docs/selection.md's rule, for any program (the pick of a search, a seed, a file): the
+`layered` seed is fitted with one global set on the measured normal runs (train and
+validate splits), the data's workloads are re-served by the new model
+(``evaluator.unseen``: its config.json, TP and KV pool; no measurement), and the program's
+constants are calibrated to `layered` on those batches (:mod:`evolve.fitting.calibrate`).
+`evolve generalize ID --mode lomo` measures exactly this on the models that were
+measured (README: 12 of 12 held-out normal runs within 10 % for the seed-7 pick).
+
+Writes ``--out`` (default ``runs/calibrate-NAME``): ``program.py`` (the program's source),
+``constants.json`` (one global set, the ``--constants`` format of `evolve export-go`,
+`fit` and `generalize`) and ``calibration.json`` (the reference's set, the match loss and
+the closed-loop predictions per workload), then prints the predictions and the export
+command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from evolve.config import FitSection
+from evolve.errors import UserError
+from evolve.reporting import table
+from evolve.targets import (
+    add_simulator_flags,
+    load_target,
+    on_all_cores,
+    output_dir,
+    rule_program,
+    simulator_options,
+)
+
+HELP = "constants for a model nobody measured: a program calibrated to the layered rule"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("program", help="archived program id (or prefix), a program file "
+                        "or a seed name")
+    parser.add_argument("--model-config", required=True, metavar="PATH",
+                        help="the new model's Hugging Face config.json (or its directory)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    parser.add_argument("--kv-blocks", type=int, required=True, metavar="N",
+                        help="KV-cache blocks of the server (vLLM logs '# GPU blocks: N')")
+    parser.add_argument("--name", help="model name for the constants (default: the config's "
+                        "directory name)")
+    parser.add_argument("--archive", default="archive.db", help="archive path")
+    parser.add_argument("--run", type=int, help="archive run whose program to take")
+    parser.add_argument("--constants", help="JSON constants of a program file (unused by "
+                        "the calibration, which starts from the declared values)")
+    parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
+    add_simulator_flags(parser)
+    parser.add_argument("--seed", type=int, default=7, help="fitting seed")
+    parser.add_argument("--max-evals", type=int, default=3000,
+                        help="teacher-forced evaluations of the rule's fit (default: "
+                        "%(default)s, as its LOMO)")
+    parser.add_argument("--prior", type=float, default=FitSection.prior_strength,
+                        metavar="S", help="the rule's pull towards its declared values "
+                        "(default: %(default)s)")
+    parser.add_argument("--out", help="output directory (default: runs/calibrate-NAME)")
+    parser.add_argument("--json", action="store_true", help="print calibration.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_evals < 1 or not (math.isfinite(args.prior) and args.prior >= 0):
+        raise UserError("--max-evals must be >= 1 and --prior a finite number >= 0")
+    import numpy as np
+
+    from evaluator.api import Evaluator, data_dir, unseen_scenarios
+    from evolve.codegen import step_model
+    from evolve.fitting import const_map
+    from evolve.fitting.calibrate import carry
+
+    config = Path(args.model_config)
+    name = args.name or (config if config.is_dir() else config.parent).resolve().name
+    program, _groups, label = load_target(args)
+    ev = Evaluator.from_data(args.data, **simulator_options(args))
+    if name in {s.model for s in ev.scenarios}:
+        raise UserError(f"--name {name}: a measured model of the data; its constants are "
+                        "fitted on its own runs (evolve fit / evolve run); pass another name")
+    sources = [s for s in ev.scenarios if s.split != "test"]  # the test split is never read
+    new = unseen_scenarios(sources, config, tp=args.tp, kv_blocks=args.kv_blocks, name=name,
+                           data=data_dir(args.data))
+    fit_on = [s.name for s in sources if s.workload != "reasoning"]
+    calib_on = [s.name for s in new if s.workload != "reasoning"]
+    if not fit_on or not calib_on:
+        raise UserError(f"{data_dir(args.data)}: no measured normal (non-reasoning) runs "
+                        "outside the test split to fit the rule and calibrate on")
+    out = output_dir(args.out or Path("runs") / f"calibrate-{name}", "--out")
+    ev = on_all_cores(Evaluator([*ev.scenarios, *new]))
+    print(f"calibrating {label} for {name} (TP {args.tp}, {args.kv_blocks} KV blocks) on "
+          f"{len(calib_on)} workloads; the rule fitted on {len(fit_on)} measured runs",
+          file=sys.stderr)
+    reference = rule_program()
+    record = carry(program, reference, ev, fit_on, calib_on, seed=args.seed,
+                   max_evals=args.max_evals, prior=args.prior, pool=FitSection.pool_strength)
+    names = [s.name for s in new]
+    vec = np.array([record["calibrated"][k] for k in program.const_names], dtype=np.float64)
+    sims = ev.simulate(step_model(program), {n: vec for n in names}, names=names)
+    ref = ev.simulate(step_model(reference),
+                      const_map(reference, {"global": record["reference"]}, new, "global"),
+                      names=names)
+    predictions = {s.workload: {"program": _pred(sims[s.name]), RULE_KEY: _pred(ref[s.name]),
+                                "workload_of": s.meta["workload_of"]} for s in new}
+    doc = {"program": program.id, "model": name, "model_config": str(config), "tp": args.tp,
+           "kv_blocks": args.kv_blocks, "seed": args.seed, "max_evals": args.max_evals,
+           **record, "predictions": predictions}
+    _write(out, program.source, {"global": record["calibrated"]}, doc)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1, sort_keys=True)
+        print()
+        return 0
+    rows = [[w, *(_cells(p["program"])), *(_cells(p[RULE_KEY]))]
+            for w, p in sorted(predictions.items())]
+    print(f"{label} for {name}, closed loop on the data's workloads (predictions; no "
+          f"measurement of {name} exists); match loss {record['match_loss']:.4f}")
+    print(table(["workload", "E2E s", "TTFT s", "decode ms", "failed",
+                 "layered E2E s", "TTFT s", "decode ms", "failed"], rows,
+                right=tuple(range(1, 9))))
+    print(f"wrote {out}/program.py, constants.json, calibration.json; for BLIS:\n"
+          f"  evolve export-go {out}/program.py --constants {out}/constants.json "
+          f"-o latency_model.go")
+    return 0
+
+
+RULE_KEY = "layered"
+
+
+def _pred(res: object) -> dict[str, float]:
+    """The closed-loop aggregates a capacity planner reads (seconds; failures a count)."""
+    pred = res.metrics.pred  # type: ignore[attr-defined]
+    return {k: float(pred.get(k, math.nan)) for k in ("e2e_mean", "ttft_mean", "itl_mean",
+                                                       "e2e_p99", "failures")}
+
+
+def _cells(p: dict[str, float]) -> list[str]:
+    return [f"{p['e2e_mean']:.2f}", f"{p['ttft_mean']:.2f}", f"{1e3 * p['itl_mean']:.1f}",
+            f"{p['failures']:.0f}"]
+
+
+def _write(out: Path, source: str, constants: dict, doc: dict) -> None:
+    """The three files, each written whole (a temporary file renamed into place)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for fname, text in (("program.py", source),
+                            ("constants.json", json.dumps(constants, indent=1, sort_keys=True)),
+                            ("calibration.json", json.dumps(doc, indent=1, sort_keys=True))):
+            tmp = out / f".{fname}.tmp"
+            tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+            os.replace(tmp, out / fname)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot write ({exc.strerror})") from None

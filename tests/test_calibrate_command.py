@@ -1,0 +1,70 @@
+"""`evolve calibrate`: a program's constants for a model nobody measured, written in the
+formats the other commands read, deterministic, and refusing what it cannot do."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from evolve.cli import main
+from evolve.commands.fit import SEEDS_DIR
+from evolve.language import parse_program
+
+CONFIG = "CodeLlama-34b-Instruct-hf"
+
+
+def _calibrate(capsys, data_path, out, *extra: str) -> dict:
+    assert main(["calibrate", str(SEEDS_DIR / "kernels.py"), "--model-config",
+                 str(data_path / "models" / CONFIG), "--name", "new-34b", "--tp", "2",
+                 "--kv-blocks", "26602", "--data", str(data_path), "--max-evals", "40",
+                 "--out", str(out), *extra]) == 0
+    return {"stdout": capsys.readouterr().out}
+
+
+def test_calibrate_writes_what_export_go_reads(capsys, data_path, all_scenarios, tmp_path):
+    out = tmp_path / "cal"
+    text = _calibrate(capsys, data_path, out)["stdout"]
+    program = parse_program((SEEDS_DIR / "kernels.py").read_text())
+    assert parse_program((out / "program.py").read_text()).id == program.id
+    consts = json.loads((out / "constants.json").read_text())
+    assert list(consts) == ["global"] and set(consts["global"]) == set(program.const_names)
+    doc = json.loads((out / "calibration.json").read_text())
+    assert (doc["model"], doc["tp"], doc["kv_blocks"]) == ("new-34b", 2, 26602)
+    assert doc["calibrated"] == consts["global"] and math.isfinite(doc["match_loss"])
+    # every workload of the data, predicted closed loop by the program and by the rule;
+    # the workloads come from runs outside the test split
+    assert sorted(doc["predictions"]) == ["codegen", "general", "reasoning", "roleplay"]
+    split = {s.name: s.split for s in all_scenarios}
+    for w, p in doc["predictions"].items():
+        assert split[p["workload_of"]] in ("train", "validate"), (w, p["workload_of"])
+        for who in ("program", "layered"):
+            assert all(math.isfinite(v) for v in p[who].values()), (w, who, p)
+    # the normal workloads' mean E2E follows the rule it was calibrated to
+    for w in ("codegen", "general", "roleplay"):
+        a, b = (doc["predictions"][w][k]["e2e_mean"] for k in ("program", "layered"))
+        assert abs(a / b - 1.0) < 0.10, (w, a, b)
+    assert "evolve export-go" in text and "new-34b" in text
+    go = tmp_path / "m.go"
+    assert main(["export-go", str(out / "program.py"), "--constants",
+                 str(out / "constants.json"), "-o", str(go)]) == 0
+    assert "func (m *" in go.read_text()
+    # the same seed gives the same file
+    again = tmp_path / "again"
+    _calibrate(capsys, data_path, again)
+    assert (again / "calibration.json").read_text() == (out / "calibration.json").read_text()
+
+
+def test_calibrate_refuses_a_measured_model_and_bad_servers(capsys, data_path, tmp_path):
+    base = ["calibrate", "layered", "--model-config", str(data_path / "models" / CONFIG),
+            "--data", str(data_path), "--out", str(tmp_path / "x")]
+    for extra, msg in (
+            (["--name", "codellama-34b", "--tp", "2", "--kv-blocks", "26602"],
+             "--name codellama-34b: a measured model of the data"),
+            (["--tp", "3", "--kv-blocks", "26602"], "do not split over --tp 3"),
+            (["--tp", "2", "--kv-blocks", "100"], "--kv-blocks 100: 100 KV blocks"),
+            (["--tp", "2", "--kv-blocks", "26602", "--max-evals", "0"],
+             "--max-evals must be >= 1")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x").exists()
