@@ -52,8 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "directory name)")
     parser.add_argument("--archive", default="archive.db", help="archive path")
     parser.add_argument("--run", type=int, help="archive run whose program to take")
-    parser.add_argument("--constants", help="JSON constants of a program file (unused by "
-                        "the calibration, which starts from the declared values)")
+    parser.set_defaults(constants=None)  # the calibration starts from declared values
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
     add_simulator_flags(parser)
     parser.add_argument("--seed", type=int, default=7, help="fitting seed")
