@@ -40,9 +40,9 @@ from scipy.stats import spearmanr
 from evaluator.api import loss
 from evolve.archive import Archive
 from evolve.codegen import step_model
-from evolve.commands.generalize import refit_fold
 from evolve.config import Config
 from evolve.fitting import const_map
+from evolve.fitting.refit import refit_fold
 from evolve.language import Program, parse_program
 from evolve.search.context import RunContext, make_context
 from evolve.search.corpora import refresh

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from evaluator.api import ConstMap, Evaluator
     from evolve.language import Program
 
-Groups = dict[str, dict[str, float]]
 
 HELP = "leave-one-model-out / leave-one-workload-out: fit on the rest, validate held out"
 

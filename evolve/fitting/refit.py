@@ -24,8 +24,7 @@ def refit_fold(program: Program, ev: Evaluator, train: list[str], scope: str,
                prior: float, pool: float) -> Groups:
     """One fold's constants: the fold's runs re-simulated with the program at
     ``start_groups`` (its batches, not another model's), a teacher-forced fit with the
-    search's physics penalty, then a closed-loop polish. ``scripts/transfer_rank.py``
-    calls it too, so the figures it compares are this procedure's."""
+    search's physics penalty, then a closed-loop polish (none at ``polish_evals=0``)."""
     model = step_model(program)
     ev.refresh_corpora(model, const_map(program, start_groups, ev.scenarios, scope),
                        names=train)
