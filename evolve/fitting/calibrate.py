@@ -39,6 +39,7 @@ from evolve.fitting.teacher_forced import (
     TOLERANCES,
     GroupObjective,
     Penalised,
+    fitting_names,
 )
 from evolve.language import Program
 from evolve.physics import PhysicsPenalty, probes_for
@@ -110,12 +111,7 @@ def calibrate(program: Program, evaluator: Evaluator, names: Sequence[str],
     CMA-ES starts from the program's declared values (nothing fitted on other models leaks
     in) and keeps the search's physics penalty (``probes``: model name -> synthetic
     batches)."""
-    names = list(names)
-    if not names:
-        raise ValueError("calibrate needs at least one scenario name")
-    missing = [n for n in names if n not in evaluator.fit_sets]
-    if missing:
-        raise ValueError(f"no fitting corpus for {missing[0]!r}: refresh_corpora first")
+    names = fitting_names(evaluator, names, "calibrate")
     model = step_model(program)
     base = MatchObjective(program, model, evaluator, names, reference, ref_consts)
     models = sorted({evaluator.by_name[n].model for n in names} & set(probes or {}))

@@ -229,6 +229,18 @@ class Penalised:
         return out
 
 
+def fitting_names(evaluator: Evaluator, names: Sequence[str], who: str) -> list[str]:
+    """``names`` as a list, checked: at least one, and each with a fitting corpus (a
+    ``ValueError`` naming the first without)."""
+    out = list(names)
+    if not out:
+        raise ValueError(f"{who} needs at least one scenario name")
+    missing = [n for n in out if n not in evaluator.fit_sets]
+    if missing:
+        raise ValueError(f"no fitting corpus for {missing[0]!r}: refresh_corpora first")
+    return out
+
+
 def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], scope: str,
                 seed: int, max_evals: int = DEFAULT_MAX_EVALS,
                 restarts: int = DEFAULT_RESTARTS,
@@ -259,12 +271,7 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
     value (the declared one, or the ``"global"`` one under ``pooled``); ``inert`` in the
     result names them per group.
     """
-    names = list(names)
-    if not names:
-        raise ValueError("fit_program needs at least one scenario name")
-    missing = [n for n in names if n not in evaluator.fit_sets]
-    if missing:
-        raise ValueError(f"no fitting corpus for {missing[0]!r}: refresh_corpora first")
+    names = fitting_names(evaluator, names, "fit_program")
     model = step_model(program)
     scenarios = [evaluator.by_name[n] for n in names]
     members: dict[str, list[Scenario]] = {}
