@@ -21,21 +21,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evolve.config import FitSection
 from evolve.errors import UserError
 from evolve.reporting import table
 from evolve.targets import (
+    RULE,
     add_simulator_flags,
     load_target,
     on_all_cores,
     output_dir,
     rule_program,
     simulator_options,
+    write_file,
 )
+
+if TYPE_CHECKING:
+    from evaluator.api import SimResult
 
 HELP = "constants for a model nobody measured: a program calibrated to the layered rule"
 
@@ -69,8 +74,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_evals < 1 or not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError("--max-evals must be >= 1 and --prior a finite number >= 0")
-    import numpy as np
-
     from evaluator.api import Evaluator, data_dir, unseen_scenarios
     from evolve.codegen import step_model
     from evolve.fitting import const_map
@@ -100,22 +103,27 @@ def run(args: argparse.Namespace) -> int:
     record = carry(program, reference, ev, fit_on, calib_on, seed=args.seed,
                    max_evals=args.max_evals, prior=args.prior, pool=FitSection.pool_strength)
     names = [s.name for s in new]
-    vec = np.array([record["calibrated"][k] for k in program.const_names], dtype=np.float64)
-    sims = ev.simulate(step_model(program), {n: vec for n in names}, names=names)
+    sims = ev.simulate(step_model(program),
+                       const_map(program, {"global": record["calibrated"]}, new, "global"),
+                       names=names)
     ref = ev.simulate(step_model(reference),
                       const_map(reference, {"global": record["reference"]}, new, "global"),
                       names=names)
-    predictions = {s.workload: {"program": _pred(sims[s.name]), RULE_KEY: _pred(ref[s.name]),
+    predictions = {s.workload: {"program": _pred(sims[s.name]), RULE: _pred(ref[s.name]),
                                 "workload_of": s.meta["workload_of"]} for s in new}
     doc = {"program": program.id, "model": name, "model_config": str(config), "tp": args.tp,
            "kv_blocks": args.kv_blocks, "seed": args.seed, "max_evals": args.max_evals,
            **record, "predictions": predictions}
-    _write(out, program.source, {"global": record["calibrated"]}, doc)
+    for fname, text in (("program.py", program.source),
+                        ("constants.json", json.dumps({"global": record["calibrated"]},
+                                                      indent=1, sort_keys=True)),
+                        ("calibration.json", json.dumps(doc, indent=1, sort_keys=True))):
+        write_file(out / fname, text if text.endswith("\n") else text + "\n", "--out")
     if args.json:
         json.dump(doc, sys.stdout, indent=1, sort_keys=True)
         print()
         return 0
-    rows = [[w, *(_cells(p["program"])), *(_cells(p[RULE_KEY]))]
+    rows = [[w, *(_cells(p["program"])), *(_cells(p[RULE]))]
             for w, p in sorted(predictions.items())]
     print(f"{label} for {name}, closed loop on the data's workloads (predictions; no "
           f"measurement of {name} exists); match loss {record['match_loss']:.4f}")
@@ -128,12 +136,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-RULE_KEY = "layered"
-
-
-def _pred(res: object) -> dict[str, float]:
+def _pred(res: SimResult) -> dict[str, float]:
     """The closed-loop aggregates a capacity planner reads (seconds; failures a count)."""
-    pred = res.metrics.pred  # type: ignore[attr-defined]
+    pred = res.metrics.pred
     return {k: float(pred.get(k, math.nan)) for k in ("e2e_mean", "ttft_mean", "itl_mean",
                                                        "e2e_p99", "failures")}
 
@@ -141,17 +146,3 @@ def _pred(res: object) -> dict[str, float]:
 def _cells(p: dict[str, float]) -> list[str]:
     return [f"{p['e2e_mean']:.2f}", f"{p['ttft_mean']:.2f}", f"{1e3 * p['itl_mean']:.1f}",
             f"{p['failures']:.0f}"]
-
-
-def _write(out: Path, source: str, constants: dict, doc: dict) -> None:
-    """The three files, each written whole (a temporary file renamed into place)."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for fname, text in (("program.py", source),
-                            ("constants.json", json.dumps(constants, indent=1, sort_keys=True)),
-                            ("calibration.json", json.dumps(doc, indent=1, sort_keys=True))):
-            tmp = out / f".{fname}.tmp"
-            tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-            os.replace(tmp, out / fname)
-    except OSError as exc:
-        raise UserError(f"{out}: cannot write ({exc.strerror})") from None

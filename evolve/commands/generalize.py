@@ -24,8 +24,6 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from evolve.codegen import step_model
 from evolve.config import FitSection
 from evolve.errors import UserError
@@ -177,13 +175,14 @@ def carry_to(program: Program, ev: Evaluator, train: list[str], test: list[str],
     (:func:`evolve.fitting.calibrate.carry`: `layered` fitted on ``train``, the program
     calibrated to it on the held-out normal runs' workloads). Returns what the JSON
     stores and the constants of the held-out runs."""
+    from evolve.fitting import const_map
     from evolve.fitting.calibrate import carry
 
     record = carry(program, rule_program(), ev, train, [n for n in test if n in normal],
                    seed=args.seed, max_evals=args.max_evals, prior=args.prior,
                    pool=args.pool)
-    vec = np.array([record["calibrated"][k] for k in program.const_names], dtype=np.float64)
-    return record, {n: vec.copy() for n in test}
+    return record, const_map(program, {"global": record["calibrated"]},
+                             [ev.by_name[n] for n in test], "global")
 
 
 def _knee(v: dict[str, float] | None) -> str:
