@@ -28,6 +28,7 @@ from evaluator.run_files import DataError, _get, _read_json, read_request_rows
 DEFAULT_DATA = Path("../shared/data")
 CLIENT_TIMEOUT_S = 300.0
 MAX_MODEL_LEN = 4096
+DATA_GPU = "h100-sxm.json"  # every bundled run was served on it (data README)
 
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -308,7 +309,7 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
 
     arch_dir = data / "models" / model_id.split("/")[-1]
     arch = ModelArch.load(arch_dir / "config.json")
-    hw = Hardware.load(data / "hardware" / "h100-sxm.json")
+    hw = Hardware.load(data / "hardware" / DATA_GPU)
     summary = _summary(exp_dir / "results" / "summary_lifecycle_metrics.json")
     n = len(inp)
     return Scenario(

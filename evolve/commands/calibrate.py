@@ -1,4 +1,4 @@
-"""``evolve calibrate PROGRAM --model-config DIR --tp N --kv-blocks N``: a program's
+"""``evolve calibrate PROGRAM --model-config DIR --tp N [--kv-blocks N]``: a program's
 constants for a model nobody measured, and what it predicts there.
 
 docs/selection.md's rule, for any program (the pick of a search, a seed, a file): the
@@ -13,7 +13,9 @@ Writes ``--out`` (default ``runs/calibrate-NAME``): ``program.py`` (the program'
 ``constants.json`` (one global set, the ``--constants`` format of `evolve export-go`,
 `fit` and `generalize`) and ``calibration.json`` (the reference's set, the match loss and
 the closed-loop predictions per workload), then prints the predictions and the export
-command.
+command. Without ``--kv-blocks`` the KV pool is the one vLLM would allocate
+(:mod:`evaluator.kv_memory`: its memory budget on the data's GPU; it reproduces the four
+measured servers' pools to 0.2 %), and ``calibration.json`` records how it was estimated.
 """
 
 from __future__ import annotations
@@ -51,8 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-config", required=True, metavar="PATH",
                         help="the new model's Hugging Face config.json (or its directory)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
-    parser.add_argument("--kv-blocks", type=int, required=True, metavar="N",
-                        help="KV-cache blocks of the server (vLLM logs '# GPU blocks: N')")
+    parser.add_argument("--kv-blocks", type=int, metavar="N",
+                        help="KV-cache blocks of the server (vLLM logs '# GPU blocks: N'); "
+                        "default: estimated from vLLM's memory budget (evaluator/kv_memory.py)")
+    parser.add_argument("--gpu-memory-utilization", type=float, metavar="F",
+                        default=0.9,  # kv_memory.UTILIZATION (not imported: numba)
+                        help="vLLM's share of GPU memory, for the estimate "
+                        "(default: %(default)s, vLLM's)")
     parser.add_argument("--name", help="model name for the constants (default: the config's "
                         "directory name)")
     parser.add_argument("--archive", default="archive.db", help="archive path")
@@ -75,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_evals < 1 or not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError("--max-evals must be >= 1 and --prior a finite number >= 0")
     from evaluator.api import Evaluator, data_dir, unseen_scenarios
+    from evaluator.kv_memory import estimate_for
     from evolve.codegen import step_model
     from evolve.fitting import const_map
     from evolve.fitting.calibrate import carry
@@ -87,7 +95,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--name {name}: a measured model of the data; its constants are "
                         "fitted on its own runs (evolve fit / evolve run); pass another name")
     sources = [s for s in ev.scenarios if s.split != "test"]  # the test split is never read
-    new = unseen_scenarios(sources, config, tp=args.tp, kv_blocks=args.kv_blocks, name=name,
+    kv_blocks, budget = args.kv_blocks, None
+    if kv_blocks is None:
+        budget = estimate_for(config, tp=args.tp, block_size=sources[0].server.block_size,
+                              data=data_dir(args.data), utilization=args.gpu_memory_utilization)
+        kv_blocks = budget.blocks
+        print(f"KV blocks: {kv_blocks} estimated ({budget.describe()}); vLLM's log "
+              "'# GPU blocks: N' is exact: pass it as --kv-blocks", file=sys.stderr)
+    new = unseen_scenarios(sources, config, tp=args.tp, kv_blocks=kv_blocks, name=name,
                            data=data_dir(args.data))
     fit_on = [s.name for s in sources if s.workload != "reasoning"]
     calib_on = [s.name for s in new if s.workload != "reasoning"]
@@ -96,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                         "outside the test split to fit the rule and calibrate on")
     out = output_dir(args.out or Path("runs") / f"calibrate-{name}", "--out")
     ev = on_all_cores(Evaluator([*ev.scenarios, *new]))
-    print(f"calibrating {label} for {name} (TP {args.tp}, {args.kv_blocks} KV blocks) on "
+    print(f"calibrating {label} for {name} (TP {args.tp}, {kv_blocks} KV blocks) on "
           f"{len(calib_on)} workloads; the rule fitted on {len(fit_on)} measured runs",
           file=sys.stderr)
     reference = rule_program()
@@ -112,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     predictions = {s.workload: {"program": _pred(sims[s.name]), RULE: _pred(ref[s.name]),
                                 "workload_of": s.meta["workload_of"]} for s in new}
     doc = {"program": program.id, "model": name, "model_config": str(config), "tp": args.tp,
-           "kv_blocks": args.kv_blocks, "seed": args.seed, "max_evals": args.max_evals,
+           "kv_blocks": kv_blocks, "kv_blocks_estimate": budget and budget.as_dict(),
+           "seed": args.seed, "max_evals": args.max_evals,
            **record, "predictions": predictions}
     for fname, text in (("program.py", program.source),
                         ("constants.json", json.dumps({"global": record["calibrated"]},
