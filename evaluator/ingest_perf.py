@@ -39,6 +39,7 @@ from evaluator.ingest import (
     safe_name,
     timeout_notes,
 )
+from evaluator.kv_memory import pool_note
 from evaluator.run_files import DataError, _read_json, read_request_rows
 from evaluator.scenarios import Stage, _summary
 
@@ -262,6 +263,8 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
         if blocks:
             known["kv_blocks"] = (blocks, f"{d / 'vllm.log'}: '# GPU blocks'")
     server, notes = resolve_server(flags, known, config)
+    if note := pool_note(config, cfg_path, hw, server.tp, server.block_size, server.kv_blocks):
+        notes.append(note)
 
     data = _table(prof, str(prof_path), "data")
     at = f"{prof_path}: data"

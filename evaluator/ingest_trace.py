@@ -34,6 +34,7 @@ from evaluator.ingest import (
     safe_name,
     timeout_notes,
 )
+from evaluator.kv_memory import pool_note
 from evaluator.scenarios import DataError, Stage
 from evaluator.tracev2 import TraceV2, read_tracev2
 
@@ -121,6 +122,8 @@ def from_tracev2(header_path: str | Path, data_path: str | Path, *, model: str |
              for key, hk in _SERVER_FROM_HEADER if server_hdr.get(hk)}
     server, more = resolve_server(flags, known, config)
     notes += more
+    if note := pool_note(config, cfg_path, hw, server.tp, server.block_size, server.kv_blocks):
+        notes.append(note)
 
     arr, send = c["arrival_time_us"], c["send_time_us"]
     has_send = send > 0

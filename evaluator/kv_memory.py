@@ -132,3 +132,34 @@ def estimate_for(model_config: str | Path, *, tp: int, block_size: int, data: Pa
     capacity = float(_get(_read_json(gpu), gpu, "memory.capacity_gb", positive=True))
     return estimate_kv_blocks(doc, arch, tp=tp, block_size=block_size, capacity_gib=capacity,
                               utilization=utilization)
+
+
+POOL_TOLERANCE = 1.25  # a recorded pool this far from the budget, either way, is suspect
+
+
+def pool_note(doc: dict[str, Any], cfg_path: Path, hardware: dict[str, Any], tp: int,
+              block_size: int, kv_blocks: int) -> str | None:
+    """A note for ``evolve ingest`` when a run's KV pool is more than
+    :data:`POOL_TOLERANCE` times off the one vLLM's memory budget gives (at the default
+    utilisation), else None. Why: the pool decides preemption, and the likely slip is a
+    count of another convention (BLIS's ``--total-kv-blocks`` auto-sizing counts every TP
+    GPU's memory, TP times vLLM's per-GPU ``# GPU blocks``). A GPU file without
+    ``memory.capacity_gb`` gives no note; the check warns and never refuses, since a
+    server may run at another ``gpu_memory_utilization``."""
+    capacity = (hardware.get("memory") or {}).get("capacity_gb")
+    if not isinstance(capacity, int | float) or isinstance(capacity, bool) or capacity <= 0:
+        return None
+    arch = ModelArch.load(cfg_path)
+    budget = kv_budget(doc, arch, tp=tp, block_size=block_size, capacity_gib=float(capacity))
+    if budget.blocks < 1:
+        return (f"KV pool {kv_blocks} blocks: at TP {tp} the weights ({budget.weights / GIB:.1f}"
+                f" GiB per GPU) leave no room for a KV cache at vLLM's default memory share; "
+                "check --tp and the model")
+    ratio = kv_blocks / budget.blocks
+    if 1 / POOL_TOLERANCE <= ratio <= POOL_TOLERANCE:
+        return None
+    return (f"KV pool {kv_blocks} blocks is {ratio:.2f} times the {budget.blocks} per GPU "
+            f"that vLLM's memory budget gives this model at TP {tp} ({budget.describe()}); "
+            "vLLM's '# GPU blocks' is per GPU (BLIS's auto-sized --total-kv-blocks counts "
+            "every TP GPU), so check --kv-blocks unless the server ran at another "
+            "--gpu-memory-utilization")

@@ -15,6 +15,7 @@ from evaluator.kv_memory import (
     estimate_for,
     kv_budget,
     parameter_count,
+    pool_note,
 )
 from evaluator.scenarios import DataError, ModelArch
 
@@ -87,3 +88,13 @@ def test_refuses_what_vllm_refuses(data_path):
     less = estimate_for(cfg, tp=4, block_size=16, data=data_path, utilization=0.8)
     assert full.blocks - less.blocks == pytest.approx(0.1 * full.capacity / full.block_bytes,
                                                       abs=1.0)
+
+
+def test_pool_note_needs_a_capacity_and_tolerates_the_budget(data_path):
+    path = data_path / "models" / "Mixtral-8x7B-v0.1" / "config.json"
+    doc = json.loads(path.read_text())
+    gpu = {"memory": {"capacity_gb": _capacity(data_path)}}
+    assert pool_note(doc, path, gpu, 2, 16, 27510) is None  # the logged pool
+    assert pool_note(doc, path, gpu, 2, 16, 27510 * 2) is not None  # counted over 2 GPUs
+    assert pool_note(doc, path, {"memory": {}}, 2, 16, 27510 * 2) is None  # no capacity
+    assert "leave no room" in pool_note(doc, path, gpu, 1, 16, 1000)  # 87 GiB on one GPU

@@ -202,3 +202,22 @@ def test_an_out_directory_whose_experiments_entry_is_a_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "data/experiments: exists and is not a directory" in err, err
     assert (tmp_path / "data" / "experiments").read_text() == "mine"
+
+
+def test_a_kv_pool_far_from_vllms_memory_budget_is_noted(tmp_path, capsys, data_path):
+    """A pool of another convention (BLIS's auto-sized --total-kv-blocks counts every TP
+    GPU) or a typo is noted, not refused: the server may have run at another memory
+    share. Llama-2-7B on the H100: vLLM's budget gives the 7,462 blocks it logged."""
+    h, _ = write(tmp_path / "t")
+    model = data_path / "models" / "Llama-2-7b-hf"
+    flags = [f for f in FLAGS if f not in ("--kv-blocks", "3000")]
+    for blocks, needle in (("7462", None), ("14924", "is 2.00 times the 7462 per GPU"),
+                           ("3000", "is 0.40 times the 7462 per GPU")):
+        code = main(["ingest", str(h), "--out", str(tmp_path / f"d{blocks}"), "--model",
+                     str(model), *flags, "--kv-blocks", blocks])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        if needle is None:
+            assert "KV pool" not in out.out
+        else:
+            assert needle in out.out and "check --kv-blocks" in out.out, out.out
