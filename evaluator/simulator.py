@@ -70,7 +70,9 @@ Simplifications (each measured or argued to be small here):
   pairs) and grows to a quarter to a half of it at full batches. By the fork's source
   (inference-sim/vllm, ``Scheduler.schedule``) it is host time from the call's entry to
   its batch-summary event, with no GPU synchronisation in between, and nothing in it
-  iterates the waiting queue; what lengthens it is not in the data. So those steps take
+  iterates the waiting queue; nor is it the abort path (a timed-out request's removal
+  from the queue): the first client timeout of that run falls at 671 s, when the
+  drift is complete. What lengthens it is not in the data. So those steps take
   at least 30-35 ms, and the simulation's steady steps 30-31.6 ms: the time is spent
   server side, not in the load generator. On the three training runs with step
   timestamps the call's median jumps from 0.2-0.4 ms below 40 running to 3-6 ms from
