@@ -94,6 +94,8 @@ def kv_budget(doc: dict[str, Any], arch: ModelArch, *, tp: int, block_size: int,
               runtime_gib: float | None = None) -> KVBudget:
     """vLLM's memory split on one of ``tp`` GPUs of ``capacity_gib`` each (module
     docstring). KV heads are sharded over TP, replicated where TP exceeds them."""
+    if tp < 1:
+        raise DataError(f"--tp {tp}: must be a positive number of GPUs")
     if not 0.0 < utilization <= 1.0:
         raise DataError(f"--gpu-memory-utilization {utilization}: must be in (0, 1]")
     if not capacity_gib > 0:

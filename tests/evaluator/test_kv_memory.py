@@ -81,6 +81,8 @@ def test_refuses_what_vllm_refuses(data_path):
         estimate_for(cfg, tp=1, block_size=16, data=data_path)
     with pytest.raises(DataError, match=r"--gpu-memory-utilization 1\.5"):
         estimate_for(cfg, tp=4, block_size=16, data=data_path, utilization=1.5)
+    with pytest.raises(DataError, match=r"--tp 0: must be a positive number"):
+        estimate_for(cfg, tp=0, block_size=16, data=data_path)
     with pytest.raises(DataError, match="not found"):
         estimate_for(data_path / "models" / "nope", tp=1, block_size=16, data=data_path)
     # a lower utilisation leaves fewer blocks, by exactly the memory it gives up
