@@ -36,6 +36,7 @@ from evaluator.glossary import (
 from evaluator.ingest import ServerFlags, parse_stages
 from evaluator.ingest_perf import from_inference_perf
 from evaluator.ingest_trace import from_tracev2
+from evaluator.kv_memory import estimate_for as estimate_kv_pool
 from evaluator.model import MAX_STEP_US, ConstMap, StepModel, step_time_problem, usable_steps
 from evaluator.prompts import prompt_period, with_prompt_cache
 from evaluator.scenarios import DataError, Scenario, data_dir
@@ -73,6 +74,7 @@ __all__ = [
     "baseline_models",
     "data_dir",
     "e2e_response",
+    "estimate_kv_pool",
     "experiment_dirs",
     "from_inference_perf",
     "from_tracev2",

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="KV-cache blocks of the server (vLLM logs '# GPU blocks: N'); "
                         "default: estimated from vLLM's memory budget (evaluator/kv_memory.py)")
     parser.add_argument("--gpu-memory-utilization", type=float, metavar="F",
-                        default=0.9,  # kv_memory.UTILIZATION (not imported: numba)
+                        default=0.9,  # evaluator.kv_memory.UTILIZATION (tested equal)
                         help="vLLM's share of GPU memory, for the estimate "
                         "(default: %(default)s, vLLM's)")
     parser.add_argument("--name", help="model name for the constants (default: the config's "
@@ -81,8 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_evals < 1 or not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError("--max-evals must be >= 1 and --prior a finite number >= 0")
-    from evaluator.api import Evaluator, data_dir, unseen_scenarios
-    from evaluator.kv_memory import estimate_for
+    from evaluator.api import Evaluator, data_dir, estimate_kv_pool, unseen_scenarios
     from evolve.codegen import step_model
     from evolve.fitting import const_map
     from evolve.fitting.calibrate import carry
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     sources = [s for s in ev.scenarios if s.split != "test"]  # the test split is never read
     kv_blocks, budget = args.kv_blocks, None
     if kv_blocks is None:
-        budget = estimate_for(config, tp=args.tp, block_size=sources[0].server.block_size,
+        budget = estimate_kv_pool(config, tp=args.tp, block_size=sources[0].server.block_size,
                               data=data_dir(args.data), utilization=args.gpu_memory_utilization)
         kv_blocks = budget.blocks
         print(f"KV blocks: {kv_blocks} estimated ({budget.describe()}); vLLM's log "
