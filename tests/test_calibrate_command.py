@@ -65,6 +65,8 @@ def test_calibrate_refuses_a_measured_model_and_bad_servers(capsys, data_path, t
              "--name codellama-34b: a measured model of the data"),
             (["--tp", "3", "--kv-blocks", "26602"], "do not split over --tp 3"),
             (["--tp", "0"], "--tp 0: must be a positive number of GPUs"),
+            (["--tp", "2", "--kv-blocks", "26602", "--gpu-memory-utilization", "0.8"],
+             "--gpu-memory-utilization: only sizes an estimated KV pool"),
             (["--tp", "2", "--gpu-memory-utilization", "nan"],
              "--gpu-memory-utilization nan: must be in (0, 1]"),
             (["--tp", "2", "--kv-blocks", "100"], "--kv-blocks 100: 100 KV blocks"),

@@ -57,9 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="KV-cache blocks of the server (vLLM logs '# GPU blocks: N'); "
                         "default: estimated from vLLM's memory budget (evaluator/kv_memory.py)")
     parser.add_argument("--gpu-memory-utilization", type=float, metavar="F",
-                        default=0.9,  # evaluator.kv_memory.UTILIZATION (tested equal)
-                        help="vLLM's share of GPU memory, for the estimate "
-                        "(default: %(default)s, vLLM's)")
+                        help="vLLM's share of GPU memory, for the estimate (default: 0.9, "
+                        "vLLM's)")
     parser.add_argument("--name", help="model name for the constants (default: the config's "
                         "directory name)")
     parser.add_argument("--archive", default="archive.db", help="archive path")
@@ -81,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_evals < 1 or not (math.isfinite(args.prior) and args.prior >= 0):
         raise UserError("--max-evals must be >= 1 and --prior a finite number >= 0")
+    if args.kv_blocks is not None and args.gpu_memory_utilization is not None:
+        raise UserError("--gpu-memory-utilization: only sizes an estimated KV pool; "
+                        "--kv-blocks gives the pool itself, pass one of the two")
     from evaluator.api import Evaluator, data_dir, estimate_kv_pool, unseen_scenarios
     from evolve.codegen import step_model
     from evolve.fitting import const_map
@@ -94,10 +96,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--name {name}: a measured model of the data; its constants are "
                         "fitted on its own runs (evolve fit / evolve run); pass another name")
     sources = [s for s in ev.scenarios if s.split != "test"]  # the test split is never read
-    kv_blocks, budget = args.kv_blocks, None
+    kv_blocks, budget, share = args.kv_blocks, None, args.gpu_memory_utilization
     if kv_blocks is None:
+        extra = {} if share is None else {"utilization": share}
         budget = estimate_kv_pool(config, tp=args.tp, block_size=sources[0].server.block_size,
-                              data=data_dir(args.data), utilization=args.gpu_memory_utilization)
+                                  data=data_dir(args.data), **extra)
         kv_blocks = budget.blocks
         print(f"KV blocks: {kv_blocks} estimated ({budget.describe()}); vLLM's log "
               "'# GPU blocks: N' is exact: pass it as --kv-blocks", file=sys.stderr)
