@@ -32,9 +32,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evaluator.ingest import read_model_config
 from evaluator.run_files import _get, _read_json
 from evaluator.scenarios import DATA_GPU, DataError, ModelArch
+from evaluator.unseen import read_unseen_model
 
 GIB = float(2**30)
 BYTES_PER_PARAM = 2.0  # bf16 / fp16: vLLM serves fp32 checkpoints in 16 bits too
@@ -125,10 +125,7 @@ def estimate_for(model_config: str | Path, *, tp: int, block_size: int, data: Pa
                  utilization: float = UTILIZATION) -> KVBudget:
     """:func:`estimate_kv_blocks` for the model of ``model_config`` (a ``config.json`` or
     its directory, checked as ``evolve ingest`` checks it) on the data's GPU."""
-    if not Path(model_config).exists():
-        raise DataError(f"{model_config}: not found (the model's config.json, or the "
-                        "directory holding it)")
-    doc, path = read_model_config(model_config)
+    doc, path = read_unseen_model(model_config)
     arch = replace(ModelArch.load(path), name=path.parent.name)
     gpu = data / "hardware" / DATA_GPU
     capacity = float(_get(_read_json(gpu), gpu, "memory.capacity_gb", positive=True))

@@ -17,12 +17,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from evaluator.ingest import read_model_config
 from evaluator.kernels import KernelTables, kernel_block
 from evaluator.scenarios import DataError, Measured, ModelArch, Scenario
+
+
+def read_unseen_model(model_config: str | Path) -> tuple[dict[str, Any], Path]:
+    """The new model's ``config.json`` (or its directory), checked as ``evolve ingest``
+    checks it; a missing one is named as the model's config, not as an unreadable file."""
+    if not Path(model_config).exists():
+        raise DataError(f"{model_config}: not found (the model's config.json, or the "
+                        "directory holding it)")
+    return read_model_config(model_config)
 
 
 def unseen_scenarios(sources: Sequence[Scenario], model_config: str | Path, *, tp: int,
@@ -32,10 +42,7 @@ def unseen_scenarios(sources: Sequence[Scenario], model_config: str | Path, *, t
     at tensor parallelism ``tp`` with ``kv_blocks`` KV blocks; named ``<name>-<workload>``,
     model ``name``, split ``unseen``. The other server limits (batch, token budget, block
     size) are the source run's. Bad input raises :class:`DataError` naming the field."""
-    if not Path(model_config).exists():
-        raise DataError(f"{model_config}: not found (the model's config.json, or the "
-                        "directory holding it)")
-    _doc, path = read_model_config(model_config)
+    _doc, path = read_unseen_model(model_config)
     arch = replace(ModelArch.load(path), name=name)
     if tp < 1:
         raise DataError(f"--tp {tp}: must be a positive number of GPUs")
