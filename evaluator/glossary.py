@@ -99,6 +99,8 @@ FEATURES: tuple[Entry, ...] = (
 )
 FEATURE_NAMES: tuple[str, ...] = tuple(e.name for e in FEATURES)
 FEATURE_INDEX: dict[str, int] = {n: i for i, n in enumerate(FEATURE_NAMES)}
+# The features interpolated from the measured kernel tables (the rest are closed forms).
+KERNEL_FEATURES: frozenset[str] = frozenset(("k_gemm", "k_dc_attn", "k_pf_attn", "k_step"))
 N_FEATURES = len(FEATURES)
 
 # Hardware constants (H100 SXM, dense). The datasheet's 1979 TFLOP/s bf16 is the sparse

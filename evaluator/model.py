@@ -51,6 +51,9 @@ class StepModel:
     returns the µs by which each request's entry to the queue is delayed (BLIS QueueingTime).
     ``post_decode_index`` / ``output_token_index``: positions in ``c`` of the constants
     ``post_decode_us`` and ``output_token_us`` (added to reported E2E only), or None.
+    ``reads_kernels``: False when the model reads none of the measured-kernel features
+    (``KERNEL_FEATURES``); the closed-loop simulator then skips their interpolation, a
+    tenth of its per-step feature work, which cannot change such a model's step times.
     """
 
     name: str
@@ -59,3 +62,4 @@ class StepModel:
     queue_fn: QueueFn | None = None
     post_decode_index: int | None = None
     output_token_index: int | None = None
+    reads_kernels: bool = True

@@ -79,6 +79,24 @@ def _release(r, prompt, holds, pref, pc, plru, step, evictable):
     return evictable
 
 
+@nb.njit(cache=True)
+def _count(st1, t, k, s):
+    """Count a request scheduled ``t`` tokens, ``k`` of its ``s`` computed, into the step's
+    statistics ``st1`` (glossary.STATS order) as it is scheduled: no second pass."""
+    if k < s:  # prefill (a chunk of it)
+        st1[0, 0] += 1.0
+        st1[2, 0] += t
+        st1[4, 0] += t * (k + (t + 1.0) / 2.0)
+        st1[5, 0] += k + t
+        st1[8, 0] += t * (s + t / 2.0)
+    else:
+        st1[1, 0] += 1.0
+        st1[3, 0] += t
+        st1[6, 0] += k
+    if k + t > st1[7, 0]:
+        st1[7, 0] = k + t
+
+
 @nb.njit(_RUN_SIG, cache=True, nogil=True)
 def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt, order,
          shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap):
@@ -95,17 +113,11 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
     last = np.full(n, -1, np.int64)
     aborted = np.zeros(n, np.bool_)
     pre_cnt = np.zeros(n, np.int64)
-    n_groups = 1
-    for i in range(n):
-        if group[i] + 1 > n_groups:
-            n_groups = group[i] + 1
+    n_groups = 1 if n == 0 else max(1, group.max() + 1)
     group_cached = np.zeros(n_groups, np.bool_)
     # Prompt caches (``prompt[i] >= 0``: requests that send the same prompt): blocks of the
     # prompt past its group's shared blocks, its length, holders, step of last release.
-    n_prompts = 1
-    for i in range(n):
-        if prompt[i] + 1 > n_prompts:
-            n_prompts = prompt[i] + 1
+    n_prompts = 1 if n == 0 else max(1, prompt.max() + 1)
     pc = np.zeros(n_prompts, np.int64)
     plen = np.zeros(n_prompts, np.int64)
     pref = np.zeros(n_prompts, np.int64)
@@ -182,6 +194,8 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
 
         budget = budget_max
         n_s = 0
+        for q in range(N_STATS):
+            st1[q, 0] = 0.0
         preempted = False
         i = 0
         while i < n_run:
@@ -192,7 +206,11 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
             if new <= 0:
                 i += 1
                 continue
-            need = (computed[r] + new + block_size - 1) // block_size - shared_used[r] - blocks[r]
+            held = shared_used[r] + blocks[r]
+            if computed[r] + new <= held * block_size:
+                need = 0  # fits the blocks it holds (the common decode step)
+            else:
+                need = (computed[r] + new + block_size - 1) // block_size - held
             self_preempted = False
             while need > free:
                 free, evictable = _evict(need, free, evictable, pc, pref, plru)
@@ -225,6 +243,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
             sched[n_s] = r
             n_s += 1
             budget -= new
+            _count(st1, float(new), float(computed[r]), float(seq_len[r]))
             i += 1
 
         # Async scheduling (``overlap``): a busy engine formed this step as the previous
@@ -285,6 +304,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                 sched[n_s] = r
                 n_s += 1
                 budget -= new
+                _count(st1, float(new), float(computed[r]), float(seq_len[r]))
 
         if n_s == 0:
             # Nothing fits (a lone request larger than the pool): wait for a change.
@@ -312,32 +332,13 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
             m_pf = _grow1(m_pf, mc)
             m_len = _grow1(m_len, mc)
 
-        # Batch statistics (glossary.STATS order).
-        for q in range(N_STATS):
-            st1[q, 0] = 0.0
-        for j in range(n_s):
-            r = sched[j]
-            t = float(sched_new[r])
-            k = float(computed[r])
-            s = float(seq_len[r])
-            is_pf = computed[r] < seq_len[r]
-            if is_pf:
-                st1[0, 0] += 1.0
-                st1[2, 0] += t
-                st1[4, 0] += t * (k + (t + 1.0) / 2.0)
-                st1[5, 0] += k + t
-                st1[8, 0] += t * (s + t / 2.0)
-            else:
-                st1[1, 0] += 1.0
-                st1[3, 0] += t
-                st1[6, 0] += k
-            if k + t > st1[7, 0]:
-                st1[7, 0] = k + t
-            if record:
+        if record:  # the batch's members (its statistics were counted as scheduled)
+            for j in range(n_s):
+                r = sched[j]
                 m_req[n_mem] = r
                 m_new[n_mem] = sched_new[r]
                 m_kv[n_mem] = computed[r]
-                m_pf[n_mem] = is_pf
+                m_pf[n_mem] = computed[r] < seq_len[r]
                 m_len[n_mem] = seq_len[r]
                 n_mem += 1
         features_into(ft1, st1, arch)
@@ -368,10 +369,11 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                     blocks[r] -= shared_blocks  # now owned by the cache, resident
                     shared_used[r] = shared_blocks
                 p = prompt[r]
-                full = input_len[r] // block_size  # the prompt's full blocks, now computed
+                full = 0  # the prompt's full blocks, if now computed (checked last: a division)
                 if (p >= 0 and not holds[r] and pc[p] == 0 and pref[p] == 0
-                        and shared_used[r] == shared_blocks and full > shared_blocks
-                        and computed[r] >= full * block_size):
+                        and shared_used[r] == shared_blocks):
+                    full = input_len[r] // block_size
+                if full > shared_blocks and computed[r] >= full * block_size:
                     pc[p] = full - shared_blocks  # now owned by the prompt's cache
                     plen[p] = input_len[r]
                     pref[p] = 1

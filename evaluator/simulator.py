@@ -101,6 +101,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluator.components import ARCH_FIELDS
 from evaluator.corpus import Corpus
 from evaluator.glossary import N_STATS
 from evaluator.model import MAX_STEP_US
@@ -134,7 +135,10 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
     order = np.argsort(entry, kind="stable").astype(np.int64)
     deadline = scenario.arrival_us + CLIENT_TIMEOUT_S * 1e6
     shared = scenario.system_prompt_len // sv.block_size if scenario.n_prefix_groups else 0
-    out = _run(model.scalar_fn, consts, scenario.arch_vector, np.ascontiguousarray(entry),
+    arch = scenario.arch_vector  # without the kernel tables when unread (StepModel)
+    if not model.reads_kernels:
+        arch = arch[:len(ARCH_FIELDS)]
+    out = _run(model.scalar_fn, consts, arch, np.ascontiguousarray(entry),
                np.ascontiguousarray(deadline), scenario.input_tokens.astype(np.int64),
                scenario.output_tokens.astype(np.int64), scenario.prefix_group.astype(np.int64),
                _prompts(scenario), order, int(shared), sv.max_num_seqs, sv.max_batched_tokens,

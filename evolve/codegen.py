@@ -31,7 +31,7 @@ from typing import Any, cast
 import numba
 import numpy as np
 
-from evaluator.api import FEATURE_INDEX, StepModel
+from evaluator.api import FEATURE_INDEX, KERNEL_FEATURES, StepModel
 from evolve.errors import ProgramError
 from evolve.lang_check import QUEUE_FIELDS
 from evolve.language import Program
@@ -246,7 +246,8 @@ def step_model(program: Program) -> StepModel:
         model = StepModel(name=program.id[:12], vector_fn=comp.vector_fn,
                           scalar_fn=comp.scalar_fn, queue_fn=comp.queue_fn,
                           post_decode_index=program.post_decode_index,
-                          output_token_index=program.output_token_index)
+                          output_token_index=program.output_token_index,
+                          reads_kernels=bool(program.features_read & KERNEL_FEATURES))
         _MODEL_CACHE[program.id] = model
         while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
             _MODEL_CACHE.popitem(last=False)

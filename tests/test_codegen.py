@@ -137,3 +137,27 @@ def test_generated_code_names_only_whitelisted_globals():
         assert all(n in allowed or (n.startswith("k") and n[1:].isdigit()) for n in free), free
         assert not any(isinstance(n, ast.Attribute) and n.attr.startswith("_")
                        for n in ast.walk(fn))
+
+
+def test_reads_kernels_skips_only_what_the_program_cannot_see(small_scenarios):
+    """``reads_kernels`` is False only for a program reading no measured-kernel feature;
+    the simulator then leaves the kernel tables out, which changes nothing for it, and
+    would change the run of a program that reads them (so the flag is not decorative)."""
+    import dataclasses
+
+    from evaluator.components import ARCH_FIELDS
+    from evaluator.simulator import simulate
+
+    seeds = Path(__file__).resolve().parents[1] / "seeds"
+    plain_p = parse_program((seeds / "anchored.py").read_text())
+    kern_p = parse_program((seeds / "kernels.py").read_text())
+    plain, kern = step_model(plain_p), step_model(kern_p)
+    assert kern.reads_kernels and not plain.reads_kernels
+    sc = small_scenarios[0]
+    assert sc.arch_vector.shape[0] > len(ARCH_FIELDS)  # tables present, so a skip is real
+    x = plain_p.init_vector()
+    full = simulate(sc, dataclasses.replace(plain, reads_kernels=True), x).corpus
+    assert simulate(sc, plain, x).corpus.digest() == full.digest()
+    kx = kern_p.init_vector()
+    blind = simulate(sc, dataclasses.replace(kern, reads_kernels=False), kx).corpus
+    assert blind.digest() != simulate(sc, kern, kx).corpus.digest()
