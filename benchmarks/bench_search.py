@@ -11,6 +11,9 @@ archive, byte for byte) has taken 17.3 to 21.5 minutes, and its CPU time varied 
 (1,916 s and 2,192 s on one commit the same afternoon): the machine's speed moves, not the
 work. A fixed closed-loop simulation (all runs, BLIS's trained physics, one thread, best of
 three) is timed before and after, so a figure can be read against the speed it ran at.
+The reference runs the simulator, so it reads the machine only between commits that leave
+the simulator's speed alone: 27adfc7 made it 8-18 % faster on the same machine (2.14 and
+2.51 s before, 1.97 and 2.07 s after, alternated).
 
 Run: ``python benchmarks/bench_search.py [--generations 100] [--seed 7] [--workers 2]
 [--transfer W]`` (``--transfer``: the opt-in search loss that prices transfer,
