@@ -184,6 +184,17 @@ def _numpy_queue(program: Program) -> Callable[[np.ndarray, np.ndarray], np.ndar
                       label + "_queue")
 
 
+def _model(program: Program, vector_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+           scalar_fn: object, queue_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
+           ) -> StepModel:
+    """The :class:`StepModel` of ``program``'s compiled forms (what it reads, where its
+    E2E-only constants sit), built in one place for both compiled and numpy-only models."""
+    return StepModel(name=program.id[:12], vector_fn=vector_fn, scalar_fn=scalar_fn,
+                     queue_fn=queue_fn, post_decode_index=program.post_decode_index,
+                     output_token_index=program.output_token_index,
+                     reads_kernels=bool(program.features_read & KERNEL_FEATURES))
+
+
 def numpy_model(program: Program) -> StepModel:
     """The program's numpy forms only (no numba: milliseconds instead of ~0.2 s), for
     what never simulates closed loop: fingerprints, which the search takes in the driver
@@ -192,10 +203,7 @@ def numpy_model(program: Program) -> StepModel:
     if cached is not None:
         return cached
     vector_fn, _mod = _numpy_step(program)
-    return StepModel(name=program.id[:12], vector_fn=vector_fn, scalar_fn=None,
-                     queue_fn=_numpy_queue(program),
-                     post_decode_index=program.post_decode_index,
-                     output_token_index=program.output_token_index)
+    return _model(program, vector_fn, None, _numpy_queue(program))
 
 
 def compile_program(program: Program) -> CompiledProgram:
@@ -243,11 +251,7 @@ def step_model(program: Program) -> StepModel:
         except Exception as exc:  # a checked program that does not compile is rejected
             raise ProgramError(f"cannot compile: {type(exc).__name__}: {str(exc)[:120]}",
                                "compile") from None
-        model = StepModel(name=program.id[:12], vector_fn=comp.vector_fn,
-                          scalar_fn=comp.scalar_fn, queue_fn=comp.queue_fn,
-                          post_decode_index=program.post_decode_index,
-                          output_token_index=program.output_token_index,
-                          reads_kernels=bool(program.features_read & KERNEL_FEATURES))
+        model = _model(program, comp.vector_fn, comp.scalar_fn, comp.queue_fn)
         _MODEL_CACHE[program.id] = model
         while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
             _MODEL_CACHE.popitem(last=False)
