@@ -17,8 +17,13 @@ INFORMATIONAL: dict[str, frozenset[str]] = {
     "llm_calls": frozenset({"latency_s", "cached", "cost_usd"}),
 }
 # The same for keys of the stored run config: where the replies came from and how the
-# transport retried; the model, sampling, prompts and budgets stay compared.
+# transport retried; the model, sampling, prompts and budgets stay compared. And where the
+# data and seed files were read from: a path names a place on one machine, not what was
+# read; what was read is in the archive itself (the seeds' programs, content-hashed, and
+# the corpora simulated from the data, `corpus_versions`), so the same search over the same
+# files compares equal wherever they live, and different files still differ.
 INFORMATIONAL_CONFIG: dict[str, frozenset[str]] = {
+    "run": frozenset({"data", "seeds_dir"}),
     "llm": frozenset({"base_url", "api_key_env", "timeout_s", "retries", "backoff_base_s",
                       "backoff_cap_s", "concurrency", "cassette", "cassette_mode"}),
 }

@@ -24,6 +24,7 @@ import pytest
 from needs import require_qemu
 
 from evaluator import PINNED_ENV
+from evaluator.api import data_dir
 from evolve.archive import Archive
 from evolve.archive.digest import archive_digest
 from evolve.config import Config, apply_dict, validate
@@ -65,15 +66,20 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
 # running its AVX2 loops on AVX-512 CPUs (evaluator.pin_numpy_simd: the previous digest was
 # this machine's AVX-512 one), by requests reordered on the way sending a neighbouring
 # slot's prompt (evaluator/prompts.py), and by the `layered` seed's docstring (its id).
-GOLDEN = "9bd5e2ec9290b30569fd0723d4cc06d1e5d7e04250fcee812e8224b9c051dadc"
+# Then, with no change of behaviour (the previous digest, 9bd5e2ec..., is what the old
+# definition still gives), by the digest leaving out where the data and seeds were read
+# from (run.data, run.seeds_dir: INFORMATIONAL_CONFIG).
+GOLDEN = "46660d4367d532b4e5fe8b3ec40f02057708a4ffe745b747acb419a256cf1e78"
 
 
-def golden_run(archive_path: str, workers: int) -> tuple[RunSummary, str]:
-    """The golden search into ``archive_path``: its summary and its archive's digest."""
+def golden_run(archive_path: str, workers: int, data: str = "") -> tuple[RunSummary, str]:
+    """The golden search into ``archive_path`` (over the data read from ``data``, default
+    the usual place): its summary and its archive's digest."""
     cfg = Config()
     apply_dict(cfg, CONFIG, "golden")
     cfg.run.workers = workers
     cfg.run.archive = archive_path
+    cfg.run.data = data
     cfg = validate(cfg, "golden")
     with Archive(cfg.run.archive) as archive:
         summary = Search(cfg, archive, log=lambda _m: None).run()
@@ -84,6 +90,19 @@ def golden_run(archive_path: str, workers: int) -> tuple[RunSummary, str]:
 def test_seed7_archive_matches_the_recorded_digest(tmp_path, workers):
     summary, digest = golden_run(str(tmp_path / "a.db"), workers)
     assert summary.status == "finished" and summary.generations_done == 10
+    assert digest == GOLDEN
+
+
+def test_the_same_data_read_from_another_path_gives_the_same_archive(tmp_path):
+    """Where the data lives is not part of the archive (``INFORMATIONAL_CONFIG``): the
+    golden search over the same files, read through a link in another directory, stores
+    that path in its config and still compares equal to the recorded digest."""
+    elsewhere = tmp_path / "elsewhere" / "data"
+    elsewhere.parent.mkdir()
+    elsewhere.symlink_to(data_dir().resolve(), target_is_directory=True)
+    summary, digest = golden_run(str(tmp_path / "a.db"), 1, data=str(elsewhere))
+    with Archive(str(tmp_path / "a.db"), create=False) as archive:
+        assert archive.run(summary.run_id).config["run"]["data"] == str(elsewhere)
     assert digest == GOLDEN
 
 
