@@ -23,6 +23,10 @@ fit reproducible and comparable is here once:
 * Best point: the first index of a generation's minimum, taken only if strictly below the
   best so far.
 * cma does not support one dimension: the driver pads with a coordinate the loss ignores.
+* The unit box: cma runs *without* its ``bounds`` option and the driver maps each
+  generation into [0, 1] itself, through cma's own bound transform applied to the whole
+  population at once (:class:`UnitBox`). Same numbers, bit for bit, as cma with
+  ``bounds=[0, 1]`` (``tests/fitting/test_cmaes.py`` runs both), and faster.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 import cma
 import numpy as np
+from cma.boundary_handler import BoundTransform
 
 from evolve.fitting.bounds import Box, derived_seed
 
@@ -40,6 +45,41 @@ PENALTY = 1e6  # loss of invalid constants: large but finite (cma handles inf po
 SIGMA_GROWTH = 1.5  # step-size factor per restart: a failed start may sit in a flat region
 
 PopulationObjective = Callable[[np.ndarray], np.ndarray]
+
+
+class UnitBox:
+    """cma's transform of the box [0, 1], for a whole population in one call.
+
+    Why not cma's ``bounds`` option: with it, cma maps every solution into the box one at a
+    time in Python as it asks and looks it up again as it is told: ask and tell took
+    0.84-0.87 ms a generation against 0.51-0.70 ms without bounds (5 constants, 8
+    candidates), and fitting the ten seeds (pooled, with probes) 7.26 s against 6.59 s (best
+    of three, alternated; pycma was a third of a teacher-forced fit's profile). Bounds
+    change nothing else cma computes: it samples and adapts in unbounded genotype space
+    either way. What they do set, the driver sets the same way: the mean starts at the
+    transform's inverse of the start, and ``maxstd`` is the box's width times
+    ``maxstd_boundrange``. The transform is elementwise and the same for every coordinate,
+    so the flattened population goes through it exactly as each solution would.
+    """
+
+    def __init__(self) -> None:
+        self._population = BoundTransform([0.0, 1.0])
+        self._start = BoundTransform([0.0, 1.0])
+
+    def genotype(self, u: np.ndarray) -> np.ndarray:
+        """Where cma with bounds would start its mean for the unit point ``u``."""
+        return np.asarray(self._start.inverse(np.array(u, dtype=np.float64)), np.float64)
+
+    def maxstd(self, n: int) -> np.ndarray:
+        """cma's default ``maxstd`` under bounds: the box's width times ``maxstd_boundrange``."""
+        bt = self._start
+        return ((bt.get_bounds("upper", n) - bt.get_bounds("lower", n))
+                * float(cma.CMAOptions().eval("maxstd_boundrange")))
+
+    def __call__(self, genotypes: np.ndarray) -> np.ndarray:
+        """The unit points of the genotypes ``[P, n]``."""
+        g = np.array(genotypes, dtype=np.float64)
+        return np.asarray(self._population.repair(g.ravel()), np.float64).reshape(g.shape)
 
 
 @dataclass(frozen=True)
@@ -95,20 +135,21 @@ def minimize(obj: PopulationObjective, box: Box, start: np.ndarray, *, seed: int
     best_u: np.ndarray | None = None  # None: the start is still the best point
     best_f, n_evals = f0, 1
     budget = max(max_evals - 1, 0) if n else 0
+    unit = UnitBox()
+    x0 = unit.genotype(np.array(list(u0[live]) + ([0.5] if n == 1 else [])))
     for restart in range(restarts + 1):
         if budget <= 0:
             break
         rng = np.random.default_rng(derived_seed(seed, label, restart))
         opts: dict[str, Any] = {
-            "bounds": [0.0, 1.0], "maxfevals": budget, "seed": np.nan,
+            "maxstd": unit.maxstd(x0.shape[0]), "maxfevals": budget, "seed": np.nan,
             "randn": lambda lam, k, _rng=rng: _rng.standard_normal((lam, k)),
             "verbose": -9, "verb_log": 0, "verb_disp": 0, **(tolerances or {})}
-        es = cma.CMAEvolutionStrategy(list(u0[live]) + ([0.5] if n == 1 else []),
-                                      sigma0 * (SIGMA_GROWTH ** restart), opts)
+        es = cma.CMAEvolutionStrategy(list(x0), sigma0 * (SIGMA_GROWTH ** restart), opts)
         while not es.stop():
-            sols = es.ask()
+            sols = es.ask()  # genotypes; their unit points are what is evaluated
             xs = np.tile(u0, (len(sols), 1))
-            xs[:, live] = np.asarray(sols)[:, :n]
+            xs[:, live] = unit(np.asarray(sols))[:, :n]
             fs = obj(consts(xs))
             es.tell(sols, [float(f) for f in fs])
             n_evals += len(xs)

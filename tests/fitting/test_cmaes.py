@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from evolve.fitting import PENALTY, Box, Minimum, PopulationObjective, minimize
+from evolve.fitting.cmaes import UnitBox
 from evolve.language import Program, parse_program
 
 TARGET = np.array([2.5, 7.0, 4.2])
@@ -134,3 +135,34 @@ def test_fixed_coordinates_stay_at_the_start_in_every_evaluated_row():
     assert one_left.x[2] == pytest.approx(TARGET[2], abs=1e-4)
     none_left, obj = _run(fixed=np.ones(3, dtype=bool))
     assert none_left.n_evals == 1 and len(obj.rows) == 1 and none_left.status == "no_improvement"
+
+
+@pytest.mark.parametrize("start", [[0.5, 0.2, 0.7], [0.001, 0.5, 0.999], [0.04, 0.96, 0.3]])
+def test_the_unit_box_asks_and_adapts_exactly_as_cma_with_bounds(start: list[float]) -> None:
+    """The driver runs cma without ``bounds`` and maps each generation through
+    :class:`UnitBox`: every point asked, and the state cma ends in, must equal cma's own
+    bounded run bit for bit (starts in the box's quadratic margins included), or fits
+    would silently change."""
+    import cma
+
+    def es(opts: dict[str, Any], x0: list[float]) -> Any:
+        rng = np.random.default_rng(11)
+        base = {"seed": np.nan, "verbose": -9, "verb_log": 0, "verb_disp": 0,
+                "randn": lambda lam, k: rng.standard_normal((lam, k))}
+        return cma.CMAEvolutionStrategy(x0, 0.3, base | opts)
+
+    def f(U: np.ndarray) -> list[float]:  # minimum on the box's edge: the margins matter
+        return [float(v) for v in ((U - np.array([0.0, 0.6, 1.0])) ** 2).sum(axis=1)]
+
+    unit = UnitBox()
+    bounded = es({"bounds": [0.0, 1.0]}, start)
+    free = es({"maxstd": unit.maxstd(3)}, list(unit.genotype(np.array(start))))
+    for _ in range(60):
+        want = np.asarray(bounded.ask())
+        genotypes = free.ask()
+        got = unit(np.asarray(genotypes))
+        assert np.array_equal(got, want)
+        bounded.tell(list(want), f(want))
+        free.tell(genotypes, f(got))
+    assert np.array_equal(bounded.mean, free.mean) and bounded.sigma == free.sigma
+    assert np.array_equal(bounded.sm.C, free.sm.C)
