@@ -45,6 +45,8 @@ PENALTY = 1e6  # loss of invalid constants: large but finite (cma handles inf po
 SIGMA_GROWTH = 1.5  # step-size factor per restart: a failed start may sit in a flat region
 
 PopulationObjective = Callable[[np.ndarray], np.ndarray]
+# cma's largest step per coordinate under bounds, as a fraction of the bounds' width
+MAXSTD_BOUNDRANGE = float(cma.CMAOptions().eval("maxstd_boundrange"))
 
 
 class UnitBox:
@@ -73,8 +75,7 @@ class UnitBox:
     def maxstd(self, n: int) -> np.ndarray:
         """cma's default ``maxstd`` under bounds: the box's width times ``maxstd_boundrange``."""
         bt = self._start
-        return ((bt.get_bounds("upper", n) - bt.get_bounds("lower", n))
-                * float(cma.CMAOptions().eval("maxstd_boundrange")))
+        return (bt.get_bounds("upper", n) - bt.get_bounds("lower", n)) * MAXSTD_BOUNDRANGE
 
     def __call__(self, genotypes: np.ndarray) -> np.ndarray:
         """The unit points of the genotypes ``[P, n]``."""

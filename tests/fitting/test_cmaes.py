@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import cma
 import numpy as np
 import pytest
 
@@ -143,7 +144,6 @@ def test_the_unit_box_asks_and_adapts_exactly_as_cma_with_bounds(start: list[flo
     :class:`UnitBox`: every point asked, and the state cma ends in, must equal cma's own
     bounded run bit for bit (starts in the box's quadratic margins included), or fits
     would silently change."""
-    import cma
 
     def es(opts: dict[str, Any], x0: list[float]) -> Any:
         rng = np.random.default_rng(11)
