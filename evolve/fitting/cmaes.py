@@ -37,7 +37,6 @@ from typing import Any
 
 import cma
 import numpy as np
-from cma.boundary_handler import BoundTransform
 
 from evolve.fitting.bounds import Box, derived_seed
 
@@ -64,9 +63,9 @@ class UnitBox:
     so the flattened population goes through it exactly as each solution would.
     """
 
-    def __init__(self) -> None:
-        self._population = BoundTransform([0.0, 1.0])
-        self._start = BoundTransform([0.0, 1.0])
+    def __init__(self) -> None:  # cma.BoundTransform: cma's public name since 3.x
+        self._population = cma.BoundTransform([0.0, 1.0])
+        self._start = cma.BoundTransform([0.0, 1.0])
 
     def genotype(self, u: np.ndarray) -> np.ndarray:
         """Where cma with bounds would start its mean for the unit point ``u``."""
