@@ -56,6 +56,31 @@ def split_errors(metrics: Mapping[str, Mapping[str, Any]] | None,
     return out
 
 
+# how a run's stored metrics were computed (its ``mode``), in words
+MODE_WORDS = {"closed_loop_slice": "closed loop on stage slices",
+              "closed_loop": "closed loop on the whole run",
+              "teacher_forced": "teacher forced on the run's corpora",
+              "lomo_teacher_forced": "teacher forced, its model held out"}
+
+
+def split_modes(metrics_list: Sequence[Mapping[str, Mapping[str, Any]] | None]
+                ) -> dict[str, list[str]]:
+    """How the figures of each split were computed (each run's stored ``mode``), over the
+    given programs' metrics: ``{split: sorted modes}`` (splits without runs left out).
+
+    Why: a run scores its splits differently (training runs on closed-loop slices,
+    validate runs that queue closed loop whole, the rest teacher forced), and a teacher-
+    forced figure on an overloaded run takes its queue from the corpora, not from the
+    program, so readers must be told which figure is which."""
+    out: dict[str, set[str]] = {}
+    for metrics in metrics_list:
+        for m in (metrics or {}).values():
+            split, mode = m.get("split"), m.get("mode")
+            if split in SPLITS and isinstance(mode, str):
+                out.setdefault(str(split), set()).add(mode)
+    return {s: sorted(out[s]) for s in SPLITS if s in out}
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
           right: Sequence[int] = ()) -> str:
     """A plain aligned text table; columns whose index is in ``right`` align right."""

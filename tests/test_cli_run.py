@@ -147,6 +147,19 @@ def test_read_only_commands(uninterrupted, capsys):
     assert main(["frontier", "--archive", arch, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert sum(m["picked"] for m in data["members"]) == 1
+    # each split says how its figures were computed: the modes its runs stored
+    with Archive(arch, create=False) as a:
+        stored = [a.latest_accepted(1)[m["id"]].metrics for m in data["members"]]
+    expect: dict[str, set[str]] = {}
+    for metrics in stored:
+        for m in metrics.values():
+            expect.setdefault(m["split"], set()).add(m["mode"])
+    assert {k: set(v) for k, v in data["modes"].items()} == expect
+    line = next(x for x in out.splitlines() if x.startswith("figures: "))
+    assert [p.split(" ", 1)[0] for p in line[9:].split("; ")] == [
+        s for s in ("train", "validate", "test") if s in expect]
+    assert ("closed-loop stage slices" in line) == any(
+        "closed_loop_slice" in v for v in expect.values())
     # the hall of fame: one program per complexity; F = lower loss than every simpler one
     cx = [m["complexity"] for m in data["members"]]
     assert cx == sorted(set(cx))

@@ -30,7 +30,16 @@ def run(args: argparse.Namespace) -> int:
     from evolve.archive.models import on_frontier
     from evolve.errors import ArchiveError
     from evolve.heldout import fitting_loss
-    from evolve.reporting import num, pct, print_json, short, split_errors, table
+    from evolve.reporting import (
+        MODE_WORDS,
+        num,
+        pct,
+        print_json,
+        short,
+        split_errors,
+        split_modes,
+        table,
+    )
     from evolve.search.pareto import Frontier
     from evolve.search.selection import split_loss
 
@@ -48,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
     # runs recorded before the validate rule existed were picked by PySR's rule
     rule = Frontier.from_elites([], tol, str(search_cfg.get("pick_rule", "pysr"))).rule
     members: list[dict[str, Any]] = []
+    stored = []
     for r, front in zip(rows, on_frontier(rows), strict=True):
         ev = latest.get(r.program_id)
         errs = split_errors(ev.metrics if ev else None)
         metrics = ev.metrics if ev else None
+        stored.append(metrics)
         transfer = fitting_loss(metrics, "transfer")  # nan unless the run prices transfer
         members.append({"id": r.program_id, "complexity": r.complexity, "loss": r.loss,
                         "train_loss": r.loss if math.isnan(transfer)
@@ -59,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
                         "validate_loss": split_loss(metrics, "validate"),
                         "picked": bool(r.picked), "on_frontier": front, "errors": errs,
                         "constants": ev.constants if ev else None})
+    modes = split_modes(stored)
     if args.json:
         print_json({"run": rid, "generation": rows[0].generation, "pick_rule": rule,
-                    "members": members})
+                    "members": members, "modes": modes})
         return 0
     priced = any(not math.isnan(m["transfer_loss"]) for m in members)
     headers = ["", "id", "cx", *(["loss", "transfer"] if priced else []), "train loss",
@@ -79,9 +91,14 @@ def run(args: argparse.Namespace) -> int:
                      pct(e["test"]["ttft_mean"])])
     n_front = sum(m["on_frontier"] for m in members)
     print(f"run {rid}, generation {rows[0].generation}: the best program of each of "
-          f"{len(rows)} complexities, {n_front} on the frontier (F) (mean APE per split; "
-          "closed-loop stage slices, or teacher forced per the run's fit.fitness)")
+          f"{len(rows)} complexities, {n_front} on the frontier (F) (mean APE per split)")
     print(table(headers, body, right=range(2, len(headers))))
+    print("figures: " + "; ".join(f"{split} " + ", ".join(MODE_WORDS.get(m, m) for m in ms)
+                                  for split, ms in modes.items()))
+    if "teacher_forced" in modes.get("test", []) + modes.get("validate", []):
+        print("  (teacher forced: the program's step times on the batches and queue of the "
+              "run's corpora, so an overloaded run's queue is not the program's; "
+              "`evolve validate ID` simulates every run closed loop)")
     if priced:
         print("loss = the search loss: sqrt(train^2 + w * max(0, transfer - margin)^2); "
               "transfer = each model's training runs priced by constants fitted without it")

@@ -27,6 +27,7 @@ from typing import Any
 from evolve.canonical import canonical_json
 from evolve.report.data import RunData
 from evolve.report.pick import champion
+from evolve.reporting import MODE_WORDS
 
 KEYS = (("e2e_mean", "mean E2E (s)"), ("ttft_mean", "mean TTFT (s)"))
 PLOTS_OF = "plots.json"  # written by `evolve validate` beside its PNGs: {"program": id, ...}
@@ -72,9 +73,7 @@ class ValidationPage:
 
 
 _SPLITS = ("train", "validate", "test")
-_HOW = {"closed_loop_slice": "closed loop on stage slices",
-        "closed_loop": "closed loop on the whole run", "teacher_forced": "teacher forced",
-        "lomo_teacher_forced": "teacher forced, its model held out"}
+_HOW = MODE_WORDS
 
 
 def pred_vs_measured(data: RunData, pid: str, role: str) -> list[PredMeas]:
