@@ -102,25 +102,26 @@ def test_rejections_are_stored_with_reasons(reference):
 
 
 def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
-    class FakeLLM(OfflineOperator):
-        """Offline proposals dressed as LLM replies of 100 tokens each."""
+    """The LLM operator against a real OpenAI-compatible server on 127.0.0.1
+    (tests/llm_server.py), whose usage figures make every reply cost 100 tokens: each call
+    is archived, and the run stops once the token budget is spent."""
+    from llm_server import LLMServer, Reply, fenced, program_for
 
-        def propose(self, parents, inspirations, rng, n):
-            out = []
-            for i, p in enumerate(super().propose(parents, inspirations, rng, n)):
-                call = {"request_hash": f"h{i}", "model": "fake", "template_version": "t",
-                        "prompt_tokens": 60, "completion_tokens": 40, "cost_usd": 0.0,
-                        "latency_s": 0.1 * (i + 1), "status": "ok", "reply": p.source or "",
-                        "error": "", "cached": True}
-                out.append(type(p)(p.source, "llm:mutate", p.parent_ids, p.error, call))
-            return out
+    def responder(request: dict, n: int) -> Reply:
+        return Reply(content=fenced(program_for(int(request.get("seed") or n))),
+                     prompt_tokens=60, completion_tokens=40)
 
-    summary, tables = run_tiny(tmp_path / "f.db", operator=FakeLLM(),
-                               llm__max_total_tokens=500)
+    with LLMServer(responder, lifetime_s=170) as server:
+        summary, tables = run_tiny(
+            tmp_path / "f.db", operator__kind="llm", llm__model="test-model",
+            llm__base_url=server.base_url, llm__api_key_env="EVOLVE_TEST_NO_SUCH_KEY",
+            llm__retries=1, llm__timeout_s=10.0, llm__max_total_tokens=500)
+        served = len(server.requests)
     # 3 children x 100 tokens per generation: the budget is crossed during generation 2
     assert summary.status == "stopped:llm_tokens" and summary.generations_done == 2
     calls = tables["llm_calls"]
-    assert len(calls) == 6 and {c["model"] for c in calls} == {"fake"}
+    assert len(calls) == served == 6 and {c["model"] for c in calls} == {"test-model"}
+    assert {c["prompt_tokens"] + c["completion_tokens"] for c in calls} == {100}
     assert "latency_s" not in calls[0]  # wall clock is left out of comparisons
 
 

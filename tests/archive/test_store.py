@@ -89,7 +89,7 @@ def test_truncated_sqlite_is_corrupt(tmp_path):
         a.create_run(0, {"x": "y" * 10000}, {}, None)
     data = path.read_bytes()
     path.write_bytes(data[:100] + b"\x00" * 200 + data[300:1500])
-    with pytest.raises(ArchiveError) as err:
+    with pytest.raises(ArchiveError, match="corrupt archive") as err:
         Archive(path, create=False)
     assert "\n" not in str(err.value)
 

@@ -5,7 +5,6 @@ from an archive). Numerical parity with numpy is in test_go_parity.py.
 
 from __future__ import annotations
 
-import ast
 import json
 import random
 import subprocess
@@ -143,7 +142,11 @@ def test_cli_standalone(tmp_path):
     text = out.read_text()
     assert type_prefix(prog.id) + "Model" in text
     assert 'case "llama-2-7b"' in text
-    assert ast.parse(prog.source)  # the header carries the source; the file is Go
+    # the header carries the program's source, line by line, as Go comments
+    header = text.split("// Program source:", 1)[1]
+    for line in prog.source.rstrip("\n").splitlines():
+        want = ("// \t" + line.replace("\t", "    ")).rstrip() if line.strip() else "//"
+        assert want in header.splitlines(), line
     rc = main(["export-go", str(prog_file), "--constants", json.dumps({"x": {}}),
                "--scope", "per_model", "-o", str(out)])
     assert rc == 2

@@ -4,11 +4,14 @@ step times from the declared values, reads no measurement, and is deterministic.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from fit_helpers import seed_program
 
 from evaluator.api import Evaluator
+from evaluator.scenarios import Measured
 from evolve.codegen import step_model
 from evolve.fitting.calibrate import MatchObjective, calibrate
 from evolve.physics import probes_for
@@ -81,9 +84,20 @@ def test_calibration_reads_no_measurement(small_evaluator):
     fit = small_evaluator.fit_sets[RUN]
     corpus = small_evaluator.corpora[RUN]
     done = (corpus.last_step >= 0) & ~corpus.aborted & (corpus.first_step >= 0)
-    assert fit.meas == {} and np.array_equal(fit.req_index, np.flatnonzero(done)[
-        np.isin(np.flatnonzero(done), fit.req_index)])
-    roof = seed_program("roofline")
+    assert fit.meas == {} and fit.req_index.size and done[fit.req_index].all()
+    # the run's measurements replaced by junk (every request failed, no latency): the same
+    # requests and the same calibration, so nothing measured was read
+    sc = small_evaluator.by_name[RUN]
+    m = sc.measured
+    junk = Measured(e2e_s=np.full_like(m.e2e_s, np.nan), ttft_s=np.full_like(m.ttft_s, np.nan),
+                    failed=np.ones_like(m.failed), summary={})
+    blind = Evaluator([dataclasses.replace(s, measured=junk) if s.name == RUN else s
+                       for s in small_evaluator.scenarios])
+    _on_reference_batches(blind)
+    assert np.array_equal(blind.fit_sets[RUN].req_index, fit.req_index)
+    roof, linear = seed_program("roofline"), seed_program("linear")
+    assert calibrate(linear, blind, [RUN], roof, ref_consts, seed=3, max_evals=200) == \
+        calibrate(linear, small_evaluator, [RUN], roof, ref_consts, seed=3, max_evals=200)
     small_evaluator.refresh_corpora(step_model(roof), ref_consts, names=[RUN])
     assert small_evaluator.fit_sets[RUN].meas  # a search's corpus carries the targets
     with pytest.raises(ValueError, match="reads measurements"):
