@@ -228,3 +228,28 @@ def test_the_seeds_themselves_pass():
     for text in SEED_TEXTS:
         _check(text)
         parse_program(text)
+
+
+def _acceptance(strategy: st.SearchStrategy[str]) -> tuple[int, int]:
+    """(programs drawn, programs the checker accepted) over a fixed sample of ``strategy``."""
+    seen = {"all": 0, "accepted": 0}
+
+    @settings(FUZZ, max_examples=200)
+    @given(strategy)
+    def count(text: str) -> None:
+        seen["all"] += 1
+        with contextlib.suppress(ProgramError):
+            parse_program(text)
+            seen["accepted"] += 1
+
+    count()
+    return seen["all"], seen["accepted"]
+
+
+def test_the_generators_reach_the_compiler():
+    """The properties above bite only on programs the checker accepts: generators that
+    drifted into producing rejects alone would pass them all without compiling anything.
+    On a fixed sample, a good share of the random and the mutated programs is accepted."""
+    for strategy, floor in ((ast_programs(), 0.2), (mutated_seeds(), 0.3)):
+        drawn, accepted = _acceptance(strategy)
+        assert drawn >= 100 and accepted >= floor * drawn, (drawn, accepted)
