@@ -31,22 +31,24 @@ def _read_json(path: Path) -> Any:
 
 
 def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int, float),
-         positive: bool = False) -> Any:
+         positive: bool = False, *, at: str = "") -> Any:
     """``obj[a][b]`` for ``dotted`` = "a.b", of type ``kind`` and finite (``positive``: and
-    above zero, for sizes and rates that divide); else a DataError naming file and field."""
+    above zero, for sizes and rates that divide); else a DataError naming file and field.
+    ``at``: where ``obj`` sits in the file (e.g. ``load.stages[0].``), for the message."""
+    field = at + dotted
     cur = obj
     for part in dotted.split("."):
         if not isinstance(cur, dict) or part not in cur:
-            raise DataError(f"{path}: missing field '{dotted}'")
+            raise DataError(f"{path}: missing field '{field}'")
         cur = cur[part]
     if not isinstance(cur, kind) or (isinstance(cur, bool) and kind is not bool):
-        raise DataError(f"{path}: field '{dotted}' has wrong type {type(cur).__name__}")
+        raise DataError(f"{path}: field '{field}' has wrong type {type(cur).__name__}")
     if isinstance(cur, int) and not isinstance(cur, bool) and abs(cur) > 2**62:
-        raise DataError(f"{path}: field '{dotted}' is out of range ({cur})")
+        raise DataError(f"{path}: field '{field}' is out of range ({cur})")
     if isinstance(cur, float) and not np.isfinite(cur):
-        raise DataError(f"{path}: field '{dotted}' is not finite")
+        raise DataError(f"{path}: field '{field}' is not finite")
     if positive and not (isinstance(cur, int | float) and cur > 0):
-        raise DataError(f"{path}: field '{dotted}' must be positive (got {cur})")
+        raise DataError(f"{path}: field '{field}' must be positive (got {cur})")
     return cur
 
 

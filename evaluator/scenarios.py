@@ -70,7 +70,7 @@ class ModelArch:
     def load(cls, path: Path) -> ModelArch:
         cfg = _read_json(path)
         g = lambda k: int(_get(cfg, path, k, int, positive=True))  # noqa: E731
-        return cls(name=path.parent.name, layers=g("num_hidden_layers"),
+        arch = cls(name=path.parent.name, layers=g("num_hidden_layers"),
                    hidden=g("hidden_size"), heads=g("num_attention_heads"),
                    kv_heads=g("num_key_value_heads" if "num_key_value_heads" in cfg
                              else "num_attention_heads"),
@@ -79,6 +79,12 @@ class ModelArch:
                                  if cfg.get("num_local_experts") else 0),
                    topk=int(_get(cfg, path, "num_experts_per_tok", int)
                             if cfg.get("num_experts_per_tok") else 0), vocab=g("vocab_size"))
+        if arch.hidden % arch.heads or arch.heads % arch.kv_heads:
+            raise DataError(f"{path}: field 'num_attention_heads': hidden_size / heads / "
+                            "kv heads do not divide evenly")
+        if arch.n_experts > 1 and not 0 < arch.topk <= arch.n_experts:
+            raise DataError(f"{path}: field 'num_experts_per_tok': must be in [1, experts]")
+        return arch
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,11 @@ class Hardware:
         def num(key: str) -> float:
             return float(_get(hw, path, key, positive=True))  # each divides a component
 
-        sparse = bool(hw.get("compute", {}).get("with_sparsity", False))
+        compute, memory = hw.get("compute"), hw.get("memory")
+        sparse = (isinstance(compute, dict) and compute.get("with_sparsity") is not None
+                  and _get(hw, path, "compute.with_sparsity", bool))
+        if isinstance(memory, dict) and memory.get("capacity_gb") is not None:
+            num("memory.capacity_gb")  # optional, but read by ingest's KV-pool check
         return cls(name=str(hw.get("name", path.stem)),
                    peak_flops=num("compute.bf16_tensor_core") * 1e12 / (2.0 if sparse else 1.0),
                    hbm_bw=num("memory.bandwidth_tb_s") * 1e12,
@@ -296,14 +306,32 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
     prof_path = exp_dir / "profile.yaml"
     prof = _read_json(prof_path)  # one line of JSON, as the data README says
     sp = _get(prof, prof_path, "data.shared_prefix", dict)
-    sys_len = int(_get(sp, prof_path, "system_prompt_len", int))
-    out_len = int(_get(sp, prof_path, "output_len", int))
-    n_groups = int(sp.get("num_unique_system_prompts", 1) or 1)
-    stages = tuple(Stage(float(_get(s, prof_path, "rate")), float(_get(s, prof_path, "duration")))
-                   for s in _get(prof, prof_path, "load.stages", list))
+    at = "data.shared_prefix."
+    sys_len = int(_get(sp, prof_path, "system_prompt_len", int, at=at))
+    if sys_len < 0:
+        raise DataError(f"{prof_path}: field '{at}system_prompt_len' must be >= 0 "
+                        f"(got {sys_len})")
+    out_len = int(_get(sp, prof_path, "output_len", int, positive=True, at=at))
+    if out_len >= server.max_model_len:
+        raise DataError(f"{prof_path}: field '{at}output_len' {out_len} leaves no room for a "
+                        f"prompt within max_model_len {server.max_model_len}")
+    n_groups = 1  # absent or null: one shared prompt, as inference-perf's default
+    if sp.get("num_unique_system_prompts") is not None:
+        n_groups = int(_get(sp, prof_path, "num_unique_system_prompts", int, positive=True,
+                            at=at))
+    stage_rows = _get(prof, prof_path, "load.stages", list)
+    if not stage_rows:
+        raise DataError(f"{prof_path}: field 'load.stages' is empty (no load to replay)")
+    stages = tuple(Stage(float(_get(s, prof_path, "rate", positive=True,
+                                    at=f"load.stages[{i}].")),
+                         float(_get(s, prof_path, "duration", positive=True,
+                                    at=f"load.stages[{i}].")))
+                   for i, s in enumerate(stage_rows))
 
     ok_inp = inp[(~rows.failed) & (inp > 0)]
-    fill = int(np.median(ok_inp)) if ok_inp.size else sys_len + int(sp.get("question_len", 0))
+    question = (int(_get(sp, prof_path, "question_len", int, at=at))
+                if sp.get("question_len") is not None else 0)
+    fill = int(np.median(ok_inp)) if ok_inp.size else sys_len + question
     inp = np.where(inp > 0, inp, fill)
     inp = np.minimum(inp, server.max_model_len - out_len)
 

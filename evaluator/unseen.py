@@ -57,9 +57,10 @@ def unseen_scenarios(sources: Sequence[Scenario], model_config: str | Path, *, t
             continue
         seen.add(src.workload)
         server = replace(src.server, tp=tp, kv_blocks=kv_blocks)
-        if kv_blocks < 1 or (why := server.too_small()):
-            raise DataError(f"--kv-blocks {kv_blocks}: "
-                            f"{why or 'must be a positive number of blocks'}")
+        why = ("must be a positive number of blocks" if kv_blocks < 1 else
+               server.too_small())
+        if why:
+            raise DataError(f"--kv-blocks {kv_blocks}: {why}")
         n = src.n_requests
         nan = np.full(n, np.nan)
         out.append(replace(

@@ -70,6 +70,11 @@ def test_calibrate_refuses_a_measured_model_and_bad_servers(capsys, data_path, t
             (["--tp", "2", "--gpu-memory-utilization", "nan"],
              "--gpu-memory-utilization nan: must be in (0, 1]"),
             (["--tp", "2", "--kv-blocks", "100"], "--kv-blocks 100: 100 KV blocks"),
+            (["--tp", "2", "--kv-blocks", "0"],  # once an UnboundLocalError
+             "--kv-blocks 0: must be a positive number of blocks"),
+            (["--tp", "2", "--kv-blocks", "-1"], "--kv-blocks -1: must be a positive number"),
+            (["--name", "../../x", "--tp", "2", "--kv-blocks", "26602"],  # out of runs/
+             "--name '../../x': a model name, not a path"),
             (["--tp", "2", "--kv-blocks", "26602", "--max-evals", "0"],
              "--max-evals must be >= 1")):
         assert main([*base, *extra]) == 2

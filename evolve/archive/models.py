@@ -36,6 +36,13 @@ class CanonicalJSON(TypeDecorator[Any]):
     impl = Text
     cache_ok = True
 
+    def __init__(self, where: str = "", constants: bool = False) -> None:
+        """``where``: ``table.column``, named when a stored value is damaged; ``constants``:
+        the value is ``{group: {constant: number}}`` and is checked to be that on reading
+        (an edited archive must not reach a formatter or the Go exporter as text)."""
+        super().__init__()
+        self.where, self.constants = where, constants
+
     def process_bind_param(self, value: Any, dialect: Any) -> str | None:
         return None if value is None else canonical_json(value)
 
@@ -43,10 +50,30 @@ class CanonicalJSON(TypeDecorator[Any]):
         if value is None:
             return None
         try:
-            return json.loads(value)
+            out = json.loads(value)
         except ValueError:  # an edited or damaged file: one line, not a JSONDecodeError
-            raise ArchiveError(f"the archive holds a value that is not JSON ({value[:40]!r}): "
-                               "the file was edited or damaged") from None
+            raise ArchiveError(f"the archive's {self.where or 'data'} holds a value that is not "
+                               f"JSON ({value[:40]!r}): the file was edited or damaged") from None
+        if self.constants:
+            _check_constants(out, self.where)
+        return out
+
+
+def _check_constants(value: Any, where: str) -> None:
+    """``{group: {constant: number}}``, else a one-line ArchiveError naming the entry."""
+    if not isinstance(value, dict):
+        raise ArchiveError(f"the archive's {where} holds {type(value).__name__}, not constants "
+                           "by group: the file was edited or damaged")
+    for group, consts in value.items():
+        if not isinstance(consts, dict):
+            raise ArchiveError(f"the archive's {where} holds group {group!r} as "
+                               f"{type(consts).__name__}, not constants: the file was edited "
+                               "or damaged")
+        for name, v in consts.items():
+            if not isinstance(v, int | float) or isinstance(v, bool):
+                raise ArchiveError(f"the archive's {where} holds constant {name!r} of group "
+                                   f"{group!r} as {v!r}, not a number: the file was edited "
+                                   "or damaged")
 
 
 class Base(DeclarativeBase):
@@ -65,11 +92,11 @@ class Run(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     # any seed the config takes (< 2**63): 64-bit on a server, as SQLite's INTEGER already is
     seed: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
-    config: Mapped[Any] = mapped_column(CanonicalJSON)
+    config: Mapped[Any] = mapped_column(CanonicalJSON("runs.config"))
     code_version: Mapped[str] = mapped_column(String)  # informational, not compared
     status: Mapped[str] = mapped_column(String)  # running | finished | stopped:<why>
     generations_done: Mapped[int] = mapped_column(Integer, default=-1)  # last committed gen
-    splits: Mapped[Any] = mapped_column(CanonicalJSON)  # scenario name -> split
+    splits: Mapped[Any] = mapped_column(CanonicalJSON("runs.splits"))  # scenario name -> split
     probe: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # fingerprint set
     created_at: Mapped[str] = mapped_column(String)  # wall clock, informational
     finished_at: Mapped[str | None] = mapped_column(String, nullable=True)
@@ -83,7 +110,7 @@ class ProgramRow(Base):
     id: Mapped[str] = mapped_column(String, primary_key=True)  # sha256 of normalised source
     seq: Mapped[int] = mapped_column(Integer)  # order first seen within its generation
     source: Mapped[str] = mapped_column(Text)
-    parent_ids: Mapped[Any] = mapped_column(CanonicalJSON)
+    parent_ids: Mapped[Any] = mapped_column(CanonicalJSON("programs.parent_ids"))
     operator: Mapped[str] = mapped_column(String)
     generation: Mapped[int] = mapped_column(Integer)  # first seen
     complexity: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: unparsed
@@ -103,8 +130,10 @@ class Evaluation(Base):
     kind: Mapped[str] = mapped_column(String)
     operator: Mapped[str] = mapped_column(String)
     corpus_version: Mapped[str] = mapped_column(String)
-    constants: Mapped[Any] = mapped_column(CanonicalJSON, nullable=True)  # group -> {c: v}
-    metrics: Mapped[Any] = mapped_column(CanonicalJSON, nullable=True)  # scenario -> {...}
+    constants: Mapped[Any] = mapped_column(  # group -> {c: v}
+        CanonicalJSON("evaluations.constants", constants=True), nullable=True)
+    metrics: Mapped[Any] = mapped_column(  # scenario -> {...}
+        CanonicalJSON("evaluations.metrics"), nullable=True)
     loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # search loss (train)
     complexity: Mapped[int | None] = mapped_column(Integer, nullable=True)
     n_evals: Mapped[int] = mapped_column(Integer, default=0)
@@ -180,8 +209,9 @@ class CorpusVersion(Base):
     generation: Mapped[int] = mapped_column(Integer)
     program_id: Mapped[str] = mapped_column(String)
     scope: Mapped[str] = mapped_column(String)
-    constants: Mapped[Any] = mapped_column(CanonicalJSON)  # group -> {c: v}
-    names: Mapped[Any] = mapped_column(CanonicalJSON)  # scenarios simulated
+    constants: Mapped[Any] = mapped_column(  # group -> {c: v}
+        CanonicalJSON("corpus_versions.constants", constants=True))
+    names: Mapped[Any] = mapped_column(CanonicalJSON("corpus_versions.names"))  # simulated
     window_steps: Mapped[int] = mapped_column(Integer)
     closed_loop_loss: Mapped[float] = mapped_column(Float)  # the producer's official loss
     adopted: Mapped[bool] = mapped_column(Integer)  # False: worse in closed loop, discarded

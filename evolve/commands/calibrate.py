@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
 
     config = Path(args.model_config)
     name = args.name or (config if config.is_dir() else config.parent).resolve().name
+    if not name.strip() or name in (".", "..") or "/" in name or "\\" in name:
+        raise UserError(f"--name {name!r}: a model name, not a path (it names the default "
+                        "output directory runs/calibrate-NAME)")
     program, _groups, label = load_target(args)
     ev = Evaluator.from_data(args.data, **simulator_options(args))
     if name in {s.model for s in ev.scenarios}:

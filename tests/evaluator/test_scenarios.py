@@ -85,6 +85,71 @@ def test_bad_run_file_names_file_row_and_field(data_path, tmp_path, file, mutate
     assert file in msg and needle in msg and "\n" not in msg
 
 
+PROF = "profile.yaml"
+SP = "data.shared_prefix"
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    (lambda d: d["data"]["shared_prefix"].__setitem__("num_unique_system_prompts", "eleven"),
+     f"field '{SP}.num_unique_system_prompts' has wrong type str"),
+    (lambda d: d["data"]["shared_prefix"].__setitem__("num_unique_system_prompts", -2),
+     f"field '{SP}.num_unique_system_prompts' must be positive"),
+    (lambda d: d["data"]["shared_prefix"].__setitem__("output_len", 0),
+     f"field '{SP}.output_len' must be positive"),
+    (lambda d: d["data"]["shared_prefix"].__setitem__("output_len", 100_000),
+     f"field '{SP}.output_len' 100000 leaves no room for a prompt within max_model_len"),
+    (lambda d: d["data"]["shared_prefix"].__setitem__("system_prompt_len", -100),
+     f"field '{SP}.system_prompt_len' must be >= 0"),
+    (lambda d: d["data"]["shared_prefix"].__setitem__("question_len", "long"),
+     f"field '{SP}.question_len' has wrong type str"),
+    (lambda d: d["load"].__setitem__("stages", []), "field 'load.stages' is empty"),
+    (lambda d: d["load"]["stages"][0].__setitem__("rate", -5),
+     "field 'load.stages[0].rate' must be positive"),
+    (lambda d: d["load"]["stages"][-1].__setitem__("duration", 0),
+     "].duration' must be positive"),
+    (lambda d: d["load"]["stages"].__setitem__(0, "fast"),
+     "missing field 'load.stages[0].rate'"),
+])
+def test_bad_load_profile_names_file_and_field(data_path, tmp_path, mutate, needle):
+    """The load profile decides what is replayed: a value the loader cannot use is an error
+    naming the field (a string once crashed every command; an empty or negative load was
+    accepted and simulated as nothing)."""
+    root, run = _copy_run(data_path, tmp_path)
+    path = run / PROF
+    doc = json.loads(path.read_text())
+    mutate(doc)
+    path.chmod(0o644)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DataError) as err:
+        load_scenarios(root)
+    msg = str(err.value)
+    assert PROF in msg and needle in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize(("kind", "mutate", "needle"), [
+    ("models", lambda d: d.__setitem__("num_attention_heads", 33),
+     "field 'num_attention_heads': hidden_size / heads / kv heads do not divide evenly"),
+    ("models", lambda d: d.__setitem__("num_key_value_heads", 3), "do not divide evenly"),
+    ("hardware", lambda d: d["compute"].__setitem__("with_sparsity", "yes"),
+     "field 'compute.with_sparsity' has wrong type str"),
+    ("hardware", lambda d: d["memory"].__setitem__("capacity_gb", -80),
+     "field 'memory.capacity_gb' must be positive"),
+])
+def test_model_and_gpu_files_are_checked_as_ingest_checks_them(data_path, tmp_path, kind,
+                                                                mutate, needle):
+    root, _run = _copy_run(data_path, tmp_path)
+    paths = sorted((root / kind).rglob("*.json"))
+    for path in paths:
+        doc = json.loads(path.read_text())
+        mutate(doc)
+        path.chmod(0o644)
+        path.write_text(json.dumps(doc))
+    with pytest.raises(DataError) as err:
+        load_scenarios(root)
+    msg = str(err.value)
+    assert needle in msg and any(str(p) in msg for p in paths) and "\n" not in msg, msg
+
+
 def test_corrupt_json_and_missing_dir(data_path, tmp_path):
     root, run = _copy_run(data_path, tmp_path)
     (run / "ground_truth.json").chmod(0o644)

@@ -50,7 +50,25 @@ def test_a_damaged_json_value_in_the_archive(finished, tmp_path, capsys, column,
     con.close()
     argv = [pid[:12] if a == "ID" else a for a in command]
     assert main([*argv, "--archive", str(finished)]) == 2
-    assert "holds a value that is not JSON ('{not json')" in _line(capsys)
+    assert f"archive's evaluations.{column} holds a value that is not JSON ('{{not json')" \
+        in _line(capsys)
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("command", [["frontier"], ["show", "ID"], ["export-go", "ID"]])
+def test_constants_that_are_not_numbers_in_the_archive(finished, tmp_path, capsys, command):
+    """An edited constant once reached a number format or the Go exporter as text (an
+    internal error): now the archive refuses it on reading, naming the column and entry."""
+    con = sqlite3.connect(finished)
+    pid = con.execute("SELECT program_id FROM frontier LIMIT 1").fetchone()[0]
+    con.execute("""UPDATE evaluations SET constants = '{"global":{"k0":"fast"}}'
+                   WHERE constants IS NOT NULL""")
+    con.commit()
+    con.close()
+    argv = [pid[:12] if a == "ID" else a for a in command]
+    assert main([*argv, "--archive", str(finished)]) == 2
+    assert ("the archive's evaluations.constants holds constant 'k0' of group 'global' as "
+            "'fast', not a number") in _line(capsys)
 
 
 @pytest.mark.parametrize(("toml", "needle"), [
