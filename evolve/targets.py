@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, TypedDict
@@ -106,6 +107,21 @@ def parse_stored(source: str, program_id: str, where: str) -> Program:
     except ProgramError as exc:
         raise UserError(f"{where}: stored program {program_id[:12]} no longer passes the "
                         f"checker ({exc})") from None
+
+
+def check_flags(args: argparse.Namespace, *, at_least: dict[str, int] | None = None,
+                nonnegative: tuple[str, ...] = ()) -> None:
+    """One flag at a time, named with its value: ``at_least`` maps an integer flag's
+    attribute to its minimum; ``nonnegative`` names float flags that must be finite and
+    >= 0 (a combined message once left the user to guess which flag was wrong)."""
+    for attr, low in (at_least or {}).items():
+        val = getattr(args, attr)
+        if val < low:
+            raise UserError(f"--{attr.replace('_', '-')} {val}: must be an integer >= {low}")
+    for attr in nonnegative:
+        val = getattr(args, attr)
+        if not (math.isfinite(val) and val >= 0):
+            raise UserError(f"--{attr.replace('_', '-')} {val}: must be a finite number >= 0")
 
 
 def output_file(path: str | Path, flag: str) -> Path:

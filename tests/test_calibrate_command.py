@@ -76,7 +76,9 @@ def test_calibrate_refuses_a_measured_model_and_bad_servers(capsys, data_path, t
             (["--name", "../../x", "--tp", "2", "--kv-blocks", "26602"],  # out of runs/
              "--name '../../x': a model name, not a path"),
             (["--tp", "2", "--kv-blocks", "26602", "--max-evals", "0"],
-             "--max-evals must be >= 1")):
+             "--max-evals 0: must be an integer >= 1"),
+            (["--tp", "2", "--kv-blocks", "26602", "--prior", "-1"],
+             "--prior -1.0: must be a finite number >= 0")):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1, err

@@ -192,6 +192,8 @@ def test_read_only_commands(uninterrupted, capsys):
     (["export-go", "0", "--run", "9", "--archive", "{arch}"], "no run 9"),
     (["run", "--resume", "9", "--archive", "{arch}"], "no run 9"),
     (["run", "--resume", "1", "--seed", "5", "--archive", "{arch}"], "cannot change run.seed"),
+    (["fit", "linear", "--restarts", "-1"], "--restarts -1: must be an integer >= 0"),
+    (["fit", "linear", "--polish-evals", "-2"], "--polish-evals -2: must be an integer >= 0"),
 ])
 @pytest.mark.real_data
 def test_bad_input_is_one_line(uninterrupted, tmp_path, capsys, argv, needle):

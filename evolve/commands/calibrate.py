@@ -33,6 +33,7 @@ from evolve.reporting import table
 from evolve.targets import (
     RULE,
     add_simulator_flags,
+    check_flags,
     load_target,
     on_all_cores,
     output_dir,
@@ -78,8 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_evals < 1 or not (math.isfinite(args.prior) and args.prior >= 0):
-        raise UserError("--max-evals must be >= 1 and --prior a finite number >= 0")
+    check_flags(args, at_least={"max_evals": 1}, nonnegative=("prior",))
     if args.kv_blocks is not None and args.gpu_memory_utilization is not None:
         raise UserError("--gpu-memory-utilization: only sizes an estimated KV pool; "
                         "--kv-blocks gives the pool itself, pass one of the two")

@@ -30,6 +30,7 @@ from evolve.targets import (
     SEEDS_DIR,
     add_simulator_flags,
     available_seeds,
+    check_flags,
     note_roofline_kernels,
     on_all_cores,
     output_file,
@@ -138,10 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator, load_scenarios, loss
     from evolve.fitting import const_map, fit_program, group_key
 
-    if args.max_evals < 1 or args.restarts < 0:
-        raise UserError("--max-evals must be >= 1 and --restarts >= 0")
-    if args.polish_evals < 0:
-        raise UserError("--polish-evals must be >= 0")
+    check_flags(args, at_least={"max_evals": 1, "restarts": 0, "polish_evals": 0})
     if args.head_seconds is not None and not 0 < args.head_seconds < math.inf:
         raise UserError(f"--head-seconds {args.head_seconds}: out of range, must be a finite "
                         "number > 0")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import TYPE_CHECKING
 
@@ -33,6 +32,7 @@ from evolve.reporting import table
 from evolve.targets import (
     RULE,
     add_simulator_flags,
+    check_flags,
     check_groups,
     infer_scope,
     load_target,
@@ -90,11 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for flag, val in (("--prior", args.prior), ("--pool", args.pool)):
-        if not (math.isfinite(val) and val >= 0):
-            raise UserError(f"{flag} {val}: must be a finite number >= 0")
-    if args.max_evals < 1 or args.polish_evals < 0:  # as `evolve fit`
-        raise UserError("--max-evals must be >= 1 and --polish-evals >= 0")
+    check_flags(args, at_least={"max_evals": 1, "polish_evals": 0},
+                nonnegative=("prior", "pool"))
     from evaluator.api import Evaluator, e2e_response
     from evolve.fitting import const_map
 
