@@ -93,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"run {rid}, generation {rows[0].generation}: the best program of each of "
           f"{len(rows)} complexities, {n_front} on the frontier (F) (mean APE per split)")
     print(table(headers, body, right=range(2, len(headers))))
-    print("figures: " + "; ".join(f"{split} " + ", ".join(MODE_WORDS.get(m, m) for m in ms)
-                                  for split, ms in modes.items()))
+    if modes:  # archives record how each run was scored; say it
+        print("figures: " + "; ".join(f"{split} " + ", ".join(MODE_WORDS.get(m, m) for m in ms)
+                                      for split, ms in modes.items()))
     if "teacher_forced" in modes.get("test", []) + modes.get("validate", []):
         print("  (teacher forced: the program's step times on the batches and queue of the "
               "run's corpora, so an overloaded run's queue is not the program's; "
