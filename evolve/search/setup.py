@@ -31,7 +31,9 @@ def load_evaluator(cfg: Config) -> Evaluator:
 def load_seeds(cfg: Config) -> list[tuple[str, Program]]:
     """(file stem, program) of every seed, sorted by file name; a bad seed is a user error."""
     folder = Path(cfg.run.seeds_dir) if cfg.run.seeds_dir else PROJECT_SEEDS
-    files = sorted(folder.glob("*.py")) if folder.is_dir() else []
+    if not folder.is_dir():
+        raise UserError(f"{folder}: not a directory (run.seeds_dir: the seed programs' folder)")
+    files = sorted(folder.glob("*.py"))
     if not files:
         raise UserError(f"{folder}: no seed programs (*.py)")
     out = []

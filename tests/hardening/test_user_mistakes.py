@@ -91,6 +91,20 @@ def test_a_config_saved_with_a_byte_order_mark(tmp_path, capsys):
     assert "starts with a UTF-8 byte-order mark" in _line(capsys)
 
 
+@pytest.mark.real_data
+def test_a_seeds_dir_that_is_not_a_directory(tmp_path, capsys):
+    """Said as such (it once read "no seed programs", as for an empty folder)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[run]\nseeds_dir = "{tmp_path / "nope"}"\nhead_seconds = 5.0\n'
+                   'scenarios = ["20260217-155451-llama-2-7b-tp1-codegen"]\n')
+    assert main(["run", "--config", str(cfg), "--archive", str(tmp_path / "a.db")]) == 2
+    assert f"{tmp_path / 'nope'}: not a directory (run.seeds_dir" in _line(capsys)
+    (tmp_path / "empty").mkdir()
+    cfg.write_text(cfg.read_text().replace("nope", "empty"))
+    assert main(["run", "--config", str(cfg), "--archive", str(tmp_path / "b.db")]) == 2
+    assert f"{tmp_path / 'empty'}: no seed programs (*.py)" in _line(capsys)
+
+
 def test_an_llm_operator_without_a_model(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[operator]\nkind = "llm"\n')
