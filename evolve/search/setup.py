@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evaluator.api import Evaluator
+from evaluator.api import Evaluator, data_dir, experiment_dirs
 from evolve.config import Config
 from evolve.errors import ProgramError, UserError
 from evolve.language import Program, parse_program
@@ -19,7 +19,15 @@ PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
 
 
 def load_evaluator(cfg: Config) -> Evaluator:
-    """The run's scenarios (optionally cut to their first ``head_seconds``)."""
+    """The run's scenarios (optionally cut to their first ``head_seconds``); a name in
+    ``run.scenarios`` that the data lacks is named with its key (it may come from a file)."""
+    if cfg.run.scenarios:
+        root = data_dir(cfg.run.data or None)
+        known = {p.name for p in experiment_dirs(root)}
+        missing = [n for n in cfg.run.scenarios if n not in known]
+        if missing:
+            raise UserError(f"run.scenarios: no experiment named {missing[0]!r} in "
+                            f"{root / 'experiments'}")
     ev = Evaluator.from_data(cfg.run.data or None, list(cfg.run.scenarios) or None,
                              prompt_cache=cfg.run.prompt_cache,
                              async_scheduling=cfg.run.async_scheduling)

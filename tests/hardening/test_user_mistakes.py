@@ -105,6 +105,14 @@ def test_a_seeds_dir_that_is_not_a_directory(tmp_path, capsys):
     assert f"{tmp_path / 'empty'}: no seed programs (*.py)" in _line(capsys)
 
 
+@pytest.mark.real_data
+def test_a_scenario_the_data_lacks_is_named_with_its_key(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[run]\nscenarios = ["20260217-155451-llama-2-7b-tp1-codegen", "nope"]\n')
+    assert main(["run", "--config", str(cfg), "--archive", str(tmp_path / "a.db")]) == 2
+    assert "run.scenarios: no experiment named 'nope' in " in _line(capsys)
+
+
 def test_an_llm_operator_without_a_model(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[operator]\nkind = "llm"\n')
