@@ -44,6 +44,23 @@ def _copy_run(data_path, tmp_path):
     return root, dst
 
 
+def _rewrite(path, mutate) -> None:
+    """Load the JSON file at ``path`` (the data's files are read-only), edit it, write it."""
+    doc = json.loads(path.read_text())
+    mutate(doc)
+    path.chmod(0o644)
+    path.write_text(json.dumps(doc))
+
+
+def _load_error(root) -> str:
+    """The one-line DataError that loading ``root`` must raise."""
+    with pytest.raises(DataError) as err:
+        load_scenarios(root)
+    msg = str(err.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
 REQ, GT = "requests.json", "ground_truth.json"
 
 
@@ -74,15 +91,9 @@ REQ, GT = "requests.json", "ground_truth.json"
 ])
 def test_bad_run_file_names_file_row_and_field(data_path, tmp_path, file, mutate, needle):
     root, run = _copy_run(data_path, tmp_path)
-    path = run / file
-    doc = json.loads(path.read_text())
-    mutate(doc)
-    path.chmod(0o644)
-    path.write_text(json.dumps(doc))
-    with pytest.raises(DataError) as err:
-        load_scenarios(root)
-    msg = str(err.value)
-    assert file in msg and needle in msg and "\n" not in msg
+    _rewrite(run / file, mutate)
+    msg = _load_error(root)
+    assert file in msg and needle in msg
 
 
 PROF = "profile.yaml"
@@ -115,15 +126,9 @@ def test_bad_load_profile_names_file_and_field(data_path, tmp_path, mutate, need
     naming the field (a string once crashed every command; an empty or negative load was
     accepted and simulated as nothing)."""
     root, run = _copy_run(data_path, tmp_path)
-    path = run / PROF
-    doc = json.loads(path.read_text())
-    mutate(doc)
-    path.chmod(0o644)
-    path.write_text(json.dumps(doc))
-    with pytest.raises(DataError) as err:
-        load_scenarios(root)
-    msg = str(err.value)
-    assert PROF in msg and needle in msg and "\n" not in msg, msg
+    _rewrite(run / PROF, mutate)
+    msg = _load_error(root)
+    assert PROF in msg and needle in msg, msg
 
 
 @pytest.mark.parametrize(("kind", "mutate", "needle"), [
@@ -140,14 +145,9 @@ def test_model_and_gpu_files_are_checked_as_ingest_checks_them(data_path, tmp_pa
     root, _run = _copy_run(data_path, tmp_path)
     paths = sorted((root / kind).rglob("*.json"))
     for path in paths:
-        doc = json.loads(path.read_text())
-        mutate(doc)
-        path.chmod(0o644)
-        path.write_text(json.dumps(doc))
-    with pytest.raises(DataError) as err:
-        load_scenarios(root)
-    msg = str(err.value)
-    assert needle in msg and any(str(p) in msg for p in paths) and "\n" not in msg, msg
+        _rewrite(path, mutate)
+    msg = _load_error(root)
+    assert needle in msg and any(str(p) in msg for p in paths), msg
 
 
 def test_corrupt_json_and_missing_dir(data_path, tmp_path):
@@ -171,15 +171,15 @@ def test_a_size_or_rate_that_divides_must_be_positive(data_path, tmp_path, kind,
     """Zero once divided a component by zero (an internal error); a negative bandwidth was
     accepted and fitted."""
     root, _run = _copy_run(data_path, tmp_path)
-    for path in sorted((root / kind).rglob("*.json")):
-        doc = json.loads(path.read_text())
-        *parents, leaf = dotted.split(".")
-        node = doc
+    *parents, leaf = dotted.split(".")
+
+    def set_value(doc):
         for part in parents:
-            node = node[part]
-        node[leaf] = value
-        path.chmod(0o644)
-        path.write_text(json.dumps(doc))
+            doc = doc[part]
+        doc[leaf] = value
+
+    for path in sorted((root / kind).rglob("*.json")):
+        _rewrite(path, set_value)
     with pytest.raises(DataError) as err:
         load_scenarios(root)
     msg = str(err.value)
