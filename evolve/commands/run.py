@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evolve.errors import UserError
 from evolve.targets import add_simulator_flags
@@ -140,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         if args.print_config:
             sys.stdout.write(to_toml(cfg))
             return 0
+        _check_data(cfg, over, args.config)
         return _execute(cfg, None, args.report)
 
     from evolve.archive import Archive
@@ -165,7 +166,23 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(to_toml(cfg))
         return 0
+    _check_data(cfg, over, f"{path} run {args.resume}", "; pass --data DIR if it moved")
     return _execute(cfg, args.resume, args.report, args.break_lock)
+
+
+def _check_data(cfg: Config, over: dict[str, dict[str, Any]], source: str | None,
+                hint: str = "") -> None:
+    """A missing data directory named by ``run.data`` of a config file or a stored run is
+    blamed on that key, not on --data or EVOLVE_DATA, which the user did not give."""
+    from evaluator.api import DataError, data_dir
+
+    if not cfg.run.data or "data" in over.get("run", {}) or source is None:
+        return  # from --data, EVOLVE_DATA or the default: data_dir's own message says so
+    try:
+        data_dir(cfg.run.data)
+    except DataError as exc:
+        raise UserError(f"{source}: key 'run.data': {exc}".replace(
+            "; pass --data DIR or set EVOLVE_DATA", hint)) from None
 
 
 def resume_command(cfg: Config, run_id: int, where: str) -> str:

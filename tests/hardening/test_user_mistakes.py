@@ -113,6 +113,38 @@ def test_a_scenario_the_data_lacks_is_named_with_its_key(tmp_path, capsys):
     assert "run.scenarios: no experiment named 'nope' in " in _line(capsys)
 
 
+def test_a_missing_data_directory_is_blamed_on_its_source(tmp_path, capsys):
+    """run.data of a config file is named as such, not as --data the user never gave;
+    --data given on the command line wins over the file and is named as the flag."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[run]\ndata = "{tmp_path / "gone"}"\n')
+    assert main(["run", "--config", str(cfg), "--archive", str(tmp_path / "a.db")]) == 2
+    line = _line(capsys)
+    assert line.startswith(f"evolve run: error: {cfg}: key 'run.data': {tmp_path / 'gone'}: "
+                           "data directory not found"), line
+    assert "--data" not in line
+    assert main(["run", "--config", str(cfg), "--data", str(tmp_path / "also"),
+                 "--archive", str(tmp_path / "a.db")]) == 2
+    line = _line(capsys)
+    assert f"{tmp_path / 'also'}: data directory not found" in line and "run.data" not in line
+    assert not (tmp_path / "a.db").exists()
+
+
+def test_a_stored_run_whose_data_directory_moved(finished, tmp_path, capsys):
+    """--resume names the stored run's run.data and says how to point at the new place."""
+    import json
+
+    con = sqlite3.connect(finished)
+    cfg = json.loads(con.execute("SELECT config FROM runs WHERE id = 1").fetchone()[0])
+    cfg["run"]["data"] = str(tmp_path / "moved")
+    con.execute("UPDATE runs SET config = ? WHERE id = 1", (json.dumps(cfg),))
+    con.commit()
+    con.close()
+    assert main(["run", "--resume", "1", "--archive", str(finished)]) == 2
+    assert (f"{finished} run 1: key 'run.data': {tmp_path / 'moved'}: data directory not "
+            "found (no experiments/ inside); pass --data DIR if it moved") in _line(capsys)
+
+
 def test_an_llm_operator_without_a_model(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[operator]\nkind = "llm"\n')
