@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.search.context import make_context
     from evolve.search.corpora import refresh
     from evolve.search.judge import score_program
-    from evolve.search.setup import load_evaluator
+    from evolve.search.setup import load_evaluator, require_scenarios
     from evolve.targets import parse_stored
 
     with Archive(args.archive, create=False) as archive:
@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
         cfg.run.data = args.data
     where = f"archive {args.archive}"
     program = parse_stored(sources[pid], pid, where)  # before the (slow) simulations
-    ctx = make_context(cfg, load_evaluator(cfg), dict(run_row.splits))
+    evaluator = load_evaluator(cfg)
+    require_scenarios(evaluator, run_row.splits, rid)
+    ctx = make_context(cfg, evaluator, dict(run_row.splits))
     if program.id != pid:
         raise ArchiveError(f"program {pid[:12]}: stored source now normalises to "
                            f"{program.id[:12]} (language changed)")

@@ -51,7 +51,7 @@ from evolve.search.polish import polish
 from evolve.search.refresh import maybe_refresh, rebuild_corpus
 from evolve.search.rng import PURPOSE_OPERATOR, generation_rng
 from evolve.search.seeding import generation_zero
-from evolve.search.setup import build_operator, load_evaluator, load_seeds
+from evolve.search.setup import build_operator, load_evaluator, load_seeds, require_scenarios
 from evolve.search.state import load_state, snapshot_rows
 from evolve.search.stopping import StopRequested, critical
 from evolve.splits import assign_splits
@@ -107,9 +107,7 @@ class Search:
             splits = assign_splits(self.evaluator.scenarios, cfg.split.mode)
         else:
             splits = archive.run(run_id).splits
-            missing = sorted(set(splits) - set(self.evaluator.by_name))
-            if missing:
-                raise ArchiveError(f"run {run_id} used scenario {missing[0]!r}, not in the data")
+            require_scenarios(self.evaluator, splits, run_id)
         self.operator = operator or build_operator(cfg, splits, llm)
         self.fallback_generation: int | None = None
         self.run_id = run_id if run_id is not None else archive.create_run(

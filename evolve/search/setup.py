@@ -6,16 +6,25 @@ evaluator exactly as the run had it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from evaluator.api import Evaluator, data_dir, experiment_dirs
 from evolve.config import Config
-from evolve.errors import ProgramError, UserError
+from evolve.errors import ArchiveError, ProgramError, UserError
 from evolve.language import Program, parse_program
 from evolve.operators.base import Operator
 from evolve.operators.llm_config import LLMConfig
 
 PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
+
+
+def require_scenarios(evaluator: Evaluator, splits: Mapping[str, str], run_id: int) -> None:
+    """A stored run's scenarios must all be in the data it is resumed or replayed on."""
+    missing = sorted(set(splits) - set(evaluator.by_name))
+    if missing:
+        raise ArchiveError(f"run {run_id} used scenario {missing[0]!r}, not in the data "
+                           f"({len(missing)} of {len(splits)} missing; pass --data DIR)")
 
 
 def load_evaluator(cfg: Config) -> Evaluator:

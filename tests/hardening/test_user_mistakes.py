@@ -145,6 +145,43 @@ def test_a_stored_run_whose_data_directory_moved(finished, tmp_path, capsys):
             "found (no experiments/ inside); pass --data DIR if it moved") in _line(capsys)
 
 
+def _data_without(tmp_path, data_path, drop: str):
+    """A data directory holding the bundled runs but ``drop`` (symlinks, nothing copied)."""
+    root = tmp_path / "data"
+    (root / "experiments").mkdir(parents=True)
+    for entry in data_path.iterdir():
+        if entry.name != "experiments":
+            (root / entry.name).symlink_to(entry.resolve())
+    for exp in (data_path / "experiments").iterdir():
+        if exp.name != drop:
+            (root / "experiments" / exp.name).symlink_to(exp.resolve())
+    return root
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("command", [["replay", "ID"], ["run", "--resume", "1"]])
+def test_data_without_a_stored_runs_scenario(finished, tmp_path, capsys, data_path, command):
+    """replay once ended in a KeyError from the physics probes; both name the run. The
+    stored run is made one over every run of its data directory (no run.scenarios), as a
+    user's is, so that no list of names catches the gap first."""
+    import json
+
+    from hardening_helpers import SCENARIOS
+
+    con = sqlite3.connect(finished)
+    pid = con.execute("SELECT program_id FROM frontier LIMIT 1").fetchone()[0]
+    cfg = json.loads(con.execute("SELECT config FROM runs WHERE id = 1").fetchone()[0])
+    cfg["run"]["scenarios"] = []
+    con.execute("UPDATE runs SET config = ? WHERE id = 1", (json.dumps(cfg),))
+    con.commit()
+    con.close()
+    other = _data_without(tmp_path, data_path, SCENARIOS[0])
+    argv = [pid[:12] if a == "ID" else a for a in command]
+    assert main([*argv, "--archive", str(finished), "--data", str(other)]) == 2
+    assert (f"run 1 used scenario {SCENARIOS[0]!r}, not in the data (1 of "
+            f"{len(SCENARIOS)} missing; pass --data DIR)") in _line(capsys)
+
+
 def test_an_llm_operator_without_a_model(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[operator]\nkind = "llm"\n')
