@@ -39,6 +39,7 @@ import numpy as np
 from evaluator.kernels import KernelTables, kernel_block
 from evaluator.prompts import with_prompt_cache
 from evaluator.scenarios import (
+    SERVER_KEYS,
     DataError,
     Hardware,
     Measured,
@@ -56,10 +57,7 @@ from evaluator.scenarios import (
 FORMAT = "evolve-experiment/1"
 SPLITS = ("train", "validate", "test")
 PREFIX_MODES = ("system", "prompt")
-_CONFIG_KEYS = (("tp", "tensor_parallelism"), ("max_num_seqs", "max_num_seqs"),
-                ("max_batched_tokens", "max_num_batched_tokens"),
-                ("kv_blocks", "kv_blocks_total_gpu"), ("block_size", "block_size"),
-                ("max_model_len", "max_model_len"))
+_CONFIG_KEYS = tuple(SERVER_KEYS.items())  # (Server field, key under requests.json config)
 
 
 @dataclass
@@ -147,8 +145,6 @@ def load_experiment(exp_dir: Path, data: Path | None = None) -> Scenario:
     server = Server(tp=cfg["tp"], max_num_seqs=cfg["max_num_seqs"],
                     max_batched_tokens=cfg["max_batched_tokens"], kv_blocks=cfg["kv_blocks"],
                     block_size=cfg["block_size"], max_model_len=cfg["max_model_len"])
-    if why := server.too_small():
-        raise DataError(f"{path}: field 'config.kv_blocks_total_gpu': {why}")
     model_id = str(_get(doc, path, "model_id", str))
     split = str(_get(doc, path, "split", str))
     if split not in SPLITS:
@@ -205,6 +201,8 @@ def load_experiment(exp_dir: Path, data: Path | None = None) -> Scenario:
                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
     arch = ModelArch.load(exp_dir / "model" / "config.json")
     arch = replace(arch, name=model_id.split("/")[-1])
+    if refused := server.refusal(arch.heads):
+        raise DataError(f"{path}: field 'config.{SERVER_KEYS[refused[0]]}': {refused[1]}")
     prompt = None
     if mode == "prompt":  # each group one prompt: cached whole, no system prompt shared
         prompt, grp, sys_len, n_groups = grp, np.zeros(n, dtype=np.int64), 0, 0

@@ -153,10 +153,15 @@ def resolve_server(flags: ServerFlags, known: dict[str, tuple[int, str]],
             raise DataError(f"{where}: {val} is out of range")
         vals[key] = int(val)
     server = Server(**vals)
-    if why := server.too_small():
-        rec = known.get("kv_blocks")
-        where = rec[1] if flags.kv_blocks is None and rec is not None else "--kv-blocks"
-        raise DataError(f"{where}: {why}")
+
+    def where(key: str) -> str:  # the flag the user gave, else the file that recorded it
+        rec = known.get(key)
+        given = getattr(flags, key) is not None
+        return rec[1] if not given and rec is not None else FLAG_NAMES[key]
+
+    heads = model_config.get("num_attention_heads")
+    if refused := server.refusal(heads if isinstance(heads, int) and heads > 0 else None):
+        raise DataError(f"{where(refused[0])}: {refused[1]}")
     return server, notes
 
 

@@ -57,7 +57,9 @@ def _yaml(path: Path) -> dict[str, Any]:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+    except OSError as exc:  # a directory where the file should be, no permission
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    except (yaml.YAMLError, UnicodeDecodeError):
         raise DataError(f"{path}: not valid YAML or JSON") from None
     if not isinstance(doc, dict):
         raise DataError(f"{path}: expected a mapping")

@@ -28,6 +28,8 @@ def _read_json(path: Path) -> Any:
         raise DataError(f"{path}: file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:  # a directory where the file should be, no permission
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int, float),

@@ -113,6 +113,13 @@ class Hardware:
                    nvlink_bw=num("interconnect.nvlink_bandwidth_gb_s") * 1e9)
 
 
+# Server field -> its key under ``config`` in a run's requests.json
+SERVER_KEYS = {"tp": "tensor_parallelism", "max_num_seqs": "max_num_seqs",
+               "max_batched_tokens": "max_num_batched_tokens",
+               "kv_blocks": "kv_blocks_total_gpu", "block_size": "block_size",
+               "max_model_len": "max_model_len"}
+
+
 @dataclass(frozen=True)
 class Server:
     """vLLM server limits of a run."""
@@ -132,6 +139,21 @@ class Server:
             return None
         return (f"{self.kv_blocks} KV blocks x {self.block_size} tokens hold {tokens} tokens, "
                 f"fewer than max_model_len {self.max_model_len} (vLLM refuses to start)")
+
+    def refusal(self, heads: int | None = None) -> tuple[str, str] | None:
+        """The first limit vLLM would refuse to start with, as (field of this class, why):
+        the KV pool, a tensor-parallel size that does not divide the attention heads (when
+        ``heads`` is known), a token budget below ``max_num_seqs``; None if it starts."""
+        if why := self.too_small():
+            return "kv_blocks", why
+        if heads and heads % self.tp:
+            return "tp", (f"tensor-parallel size {self.tp} does not divide the model's "
+                          f"num_attention_heads ({heads}); vLLM refuses to start")
+        if self.max_batched_tokens < self.max_num_seqs:
+            return "max_batched_tokens", (
+                f"max_num_batched_tokens {self.max_batched_tokens} is below max_num_seqs "
+                f"{self.max_num_seqs}; vLLM refuses to start")
+        return None
 
 
 @dataclass(frozen=True)
@@ -288,13 +310,9 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
     server = Server(tp=cfg("tensor_parallelism"), max_num_seqs=cfg("max_num_seqs"),
                     max_batched_tokens=cfg("max_num_batched_tokens"),
                     kv_blocks=cfg("kv_blocks_total_gpu"), block_size=cfg("block_size"))
-    for k, key in (("tp", "tensor_parallelism"), ("max_num_seqs", "max_num_seqs"),
-                   ("max_batched_tokens", "max_num_batched_tokens"),
-                   ("kv_blocks", "kv_blocks_total_gpu"), ("block_size", "block_size")):
-        if getattr(server, k) <= 0:
+    for k, key in SERVER_KEYS.items():
+        if k != "max_model_len" and getattr(server, k) <= 0:
             raise DataError(f"{req_path}: field 'config.{key}' must be positive")
-    if why := server.too_small():
-        raise DataError(f"{req_path}: field 'config.kv_blocks_total_gpu': {why}")
     model_id = str(_get(doc, req_path, "model_id", str))
     split = str(_get(doc, req_path, "split", str))
     if split not in ("train", "validate", "test"):
@@ -337,6 +355,8 @@ def load_scenario(exp_dir: Path, data: Path) -> Scenario:
 
     arch_dir = data / "models" / model_id.split("/")[-1]
     arch = ModelArch.load(arch_dir / "config.json")
+    if refused := server.refusal(arch.heads):
+        raise DataError(f"{req_path}: field 'config.{SERVER_KEYS[refused[0]]}': {refused[1]}")
     hw = Hardware.load(data / "hardware" / DATA_GPU)
     summary = _summary(exp_dir / "results" / "summary_lifecycle_metrics.json")
     n = len(inp)

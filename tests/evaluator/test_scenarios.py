@@ -76,6 +76,12 @@ REQ, GT = "requests.json", "ground_truth.json"
     (REQ, lambda d: d["config"].__setitem__("block_size", "16"), "config.block_size"),
     (REQ, lambda d: d["config"].__setitem__("tensor_parallelism", 0),
      "field 'config.tensor_parallelism' must be positive"),
+    (REQ, lambda d: d["config"].__setitem__("tensor_parallelism", 3),
+     "field 'config.tensor_parallelism': tensor-parallel size 3 does not divide the model's "
+     "num_attention_heads (64); vLLM refuses to start"),
+    (REQ, lambda d: d["config"].__setitem__("max_num_batched_tokens", 100),
+     "field 'config.max_num_batched_tokens': max_num_batched_tokens 100 is below "
+     "max_num_seqs"),
     (REQ, lambda d: d["config"].__setitem__("kv_blocks_total_gpu", 10**20),
      "field 'config.kv_blocks_total_gpu' is out of range"),
     (REQ, lambda d: d["config"].__setitem__("kv_blocks_total_gpu", 5),
@@ -94,6 +100,15 @@ def test_bad_run_file_names_file_row_and_field(data_path, tmp_path, file, mutate
     _rewrite(run / file, mutate)
     msg = _load_error(root)
     assert file in msg and needle in msg
+
+
+@pytest.mark.parametrize("file", [REQ, GT])
+def test_a_directory_where_a_run_file_should_be(data_path, tmp_path, file):
+    """Said as such (it was an IsADirectoryError traceback)."""
+    root, run = _copy_run(data_path, tmp_path)
+    (run / file).unlink()
+    (run / file).mkdir()
+    assert _load_error(root) == f"{run / file}: cannot read (Is a directory)"
 
 
 PROF = "profile.yaml"

@@ -83,6 +83,29 @@ def test_traces_a_strict_reader_refuses(tmp_path, capsys, edit, needle):
     assert needle in err and (str(h) in err or str(d) in err), err
 
 
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--tp", "3"], "--tp: tensor-parallel size 3 does not divide the model's "
+                    "num_attention_heads (32); vLLM refuses to start"),
+    (["--max-num-batched-tokens", "16"], "--max-num-batched-tokens: max_num_batched_tokens "
+                                         "16 is below max_num_seqs 64; vLLM refuses to start"),
+])
+def test_server_limits_vllm_would_refuse(tmp_path, capsys, extra, needle):
+    """Once written and listed by `evolve data`, with only a note on the KV pool."""
+    h, _ = write(tmp_path / "t")
+    assert needle in refused(tmp_path, capsys, h, *extra)
+
+
+@pytest.mark.parametrize("flag", ["--hardware", "--model"])
+def test_a_directory_where_a_json_file_should_be(tmp_path, capsys, flag):
+    """A GPU file or a model's config.json that is a directory: said so (was a traceback)."""
+    h, _ = write(tmp_path / "t")
+    bad = tmp_path / "bad"
+    (bad / "config.json").mkdir(parents=True)
+    err = refused(tmp_path, capsys, h, flag, str(bad))  # --model DIR reads DIR/config.json
+    where = bad if flag == "--hardware" else bad / "config.json"
+    assert f"{where}: cannot read (Is a directory)" in err, err
+
+
 def test_a_model_short_name_that_cannot_key_constants(tmp_path, capsys):
     h, _ = write(tmp_path / "t")
     err = refused(tmp_path, capsys, h, "--model-short", "../../Évil name/x")
