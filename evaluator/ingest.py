@@ -130,6 +130,10 @@ def resolve_server(flags: ServerFlags, known: dict[str, tuple[int, str]],
     back to vLLM's 16, ``max_model_len`` to the config's ``max_position_embeddings``
     (vLLM's default), then 4096.
     """
+    def source(key: str) -> str:  # the flag the user gave, else the file that recorded it
+        rec = known.get(key)
+        return rec[1] if getattr(flags, key) is None and rec is not None else FLAG_NAMES[key]
+
     vals: dict[str, int] = {}
     notes = []
     for key, flag in FLAG_NAMES.items():
@@ -149,19 +153,12 @@ def resolve_server(flags: ServerFlags, known: dict[str, tuple[int, str]],
         if int(val) <= 0:
             raise DataError(f"{flag}: must be positive, got {val}")
         if int(val) > 2**31:  # no server setting comes near; an int64 column must hold it
-            where = flag if given is not None else rec[1] if rec is not None else flag
-            raise DataError(f"{where}: {val} is out of range")
+            raise DataError(f"{source(key)}: {val} is out of range")
         vals[key] = int(val)
     server = Server(**vals)
-
-    def where(key: str) -> str:  # the flag the user gave, else the file that recorded it
-        rec = known.get(key)
-        given = getattr(flags, key) is not None
-        return rec[1] if not given and rec is not None else FLAG_NAMES[key]
-
     heads = model_config.get("num_attention_heads")
     if refused := server.refusal(heads if isinstance(heads, int) and heads > 0 else None):
-        raise DataError(f"{where(refused[0])}: {refused[1]}")
+        raise DataError(f"{source(refused[0])}: {refused[1]}")
     return server, notes
 
 
