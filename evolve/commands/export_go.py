@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "repeatable")
     parser.add_argument("--data", metavar="DIR",
                         help="data directory for model names (default: $EVOLVE_DATA or "
-                             "../shared/data; skipped if absent)")
+                             "../shared/data, skipped if absent; a --data DIR must exist)")
 
 
 def model_names(data: str | None) -> dict[str, dict[str, Any]]:
@@ -52,10 +52,13 @@ def model_names(data: str | None) -> dict[str, dict[str, Any]]:
     """
     from evaluator.api import DataError, data_dir
 
-    try:
+    if data is not None:  # named on purpose: a typo must not drop the aliases silently
         root = data_dir(data)
-    except DataError:
-        return {}
+    else:
+        try:
+            root = data_dir(None)
+        except DataError:
+            return {}
     out: dict[str, dict[str, Any]] = {}
     for req in sorted((root / "experiments").glob("*/requests.json")):
         with open(req, encoding="utf-8", errors="replace") as fh:
@@ -137,8 +140,13 @@ def _summary(metrics: dict[str, Any] | None) -> dict[str, str]:
 
 def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
     from evolve.archive import Archive
-    from evolve.errors import ArchiveError
+    from evolve.errors import ArchiveError, UserError
     from evolve.targets import parse_stored
+
+    for flag, value in (("--constants", args.constants), ("--scope", args.scope)):
+        if value is not None:
+            raise UserError(f"{flag}: applies to a program file; {args.id} is read from the "
+                            "archive with its own fitted constants and scope")
 
     with Archive(args.archive, create=False) as archive:
         pid = archive.resolve_id(args.id, args.run)

@@ -241,3 +241,13 @@ def test_cli_from_archive(tmp_path, capsys):
                  "llama-2-7b=Acme/Llama-2-7B-Chat"]) == 0
     assert '"acme/llama-2-7b-chat", "llama-2-7b"' in capsys.readouterr().out
     assert main(["export-go", prog.id[:10], "--archive", str(db), "--alias", "x=y"]) == 2
+    capsys.readouterr()
+    for flag, value in (("--constants", '{"x": 1}'), ("--scope", "per_scenario")):
+        assert main(["export-go", prog.id[:10], "--archive", str(db), flag, value]) == 2
+        assert capsys.readouterr().err == (
+            f"evolve export-go: error: {flag}: applies to a program file; {prog.id[:10]} is "
+            "read from the archive with its own fitted constants and scope\n")
+    # a --data that does not exist is refused: the export would lose the model-id aliases
+    assert main(["export-go", prog.id[:10], "--archive", str(db), "--data",
+                 str(tmp_path / "typo")]) == 2
+    assert f"{tmp_path / 'typo'}: data directory not found" in capsys.readouterr().err
