@@ -310,7 +310,8 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
     for key in ("run.wall_time_s", "run.head_seconds", "fit.slice_warmup_seconds",
                 "fit.pool_strength", "fit.prior_strength", "fit.transfer_weight",
                 "fit.transfer_margin", "run.max_evaluations", "search.inspirations",
-                "search.refresh_min_gap", "search.max_refreshes", "fit.restarts",
+                "search.refresh_min_gap", "search.max_refreshes", "search.refresh_margin",
+                "fit.restarts",
                 "fit.seed_polish_evals", "fit.polish_evals"):  # budgets and counts: 0 = off
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
@@ -328,9 +329,9 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
         "run.generations": (cfg.run.generations >= 0, "an integer >= 0"),
         "search.children": (cfg.search.children >= 1, "an integer >= 1"),
         "search.parents_per_child": (cfg.search.parents_per_child >= 1, "an integer >= 1"),
-        "search.complexity_edges": (len(edges) >= 2 and all(
+        "search.complexity_edges": (len(edges) >= 2 and edges[0] >= 0 and all(
             b > a for a, b in itertools.pairwise(edges)),
-            "at least two strictly increasing numbers"),
+            "at least two strictly increasing numbers >= 0 (a complexity is at least 1)"),
         "search.pick_tolerance": (fin(cfg.search.pick_tolerance)
                                   and cfg.search.pick_tolerance >= 1.0, "a finite number >= 1"),
         "search.complexity_cap": (cfg.search.complexity_cap >= 1, "an integer >= 1"),

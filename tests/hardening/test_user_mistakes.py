@@ -76,6 +76,10 @@ def test_constants_that_are_not_numbers_in_the_archive(finished, tmp_path, capsy
                                       "integer >= 0"),
     ("[search]\nmax_refreshes = -3\n", "'search.max_refreshes' out of range"),
     ("[fit]\npolish_evals = -1\n", "'fit.polish_evals' out of range"),
+    ("[search]\nrefresh_margin = nan\n", "'search.refresh_margin' out of range: must be a "
+                                         "finite number >= 0"),  # NaN: never refreshed
+    ("[search]\nrefresh_margin = -0.5\n", "'search.refresh_margin' out of range"),
+    ("[search]\ncomplexity_edges = [-10, -5]\n", "'search.complexity_edges' out of range"),
 ])
 def test_budgets_and_counts_below_zero(tmp_path, capsys, toml, needle):
     cfg = tmp_path / "c.toml"
