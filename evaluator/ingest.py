@@ -66,6 +66,7 @@ class ServerFlags:
     max_model_len: int | None = None
 
 
+MAX_E2E_S = 86_400.0  # a completed request slower than a day is a unit slip, not a latency
 FLAG_NAMES = {"tp": "--tp", "max_num_seqs": "--max-num-seqs",
               "max_batched_tokens": "--max-num-batched-tokens", "kv_blocks": "--kv-blocks",
               "block_size": "--block-size", "max_model_len": "--max-model-len"}
@@ -222,6 +223,11 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
     status = [status[i] for i in order]
     ok = np.array([s == "ok" for s in status])
     src = str(source.get("data") or source.get("per_request") or "the requests")
+    e2e_sorted = np.asarray(e2e_s, dtype=np.float64)[order]
+    if np.any(long := ok & (e2e_sorted > MAX_E2E_S)):  # would swamp every mean it enters
+        i = int(np.flatnonzero(long)[0])
+        raise DataError(f"{src}: row {int(order[i]) + 1}: an E2E latency of "
+                        f"{e2e_sorted[i]:.4g} s, over a day (a time-unit slip?)")
     timed = ok & np.isfinite(np.asarray(ttft_s, dtype=np.float64)[order])
     if not timed.any():  # nothing to score a model against; `evolve run` failed on it
         raise DataError(f"{src}: no request completed with a measured time to first token "

@@ -74,6 +74,8 @@ def test_a_data_file_that_cannot_be_read(tmp_path, capsys, kind):
      "field 'network.measured_rtt_ms' has invalid value 'fast'"),
     (lambda h, d: edit_csv(d, 4, "output_tokens", "99999999"),
      "row 5, field 'output_tokens': 99999999 output tokens do not fit max_model_len"),
+    (lambda h, d: edit_csv(d, 2, "last_chunk_time_us", "999999999999999999"),
+     "row 3: an E2E latency of "),  # once stored as 31 years, swamping the mean E2E
 ])
 def test_traces_a_strict_reader_refuses(tmp_path, capsys, edit, needle):
     """As BLIS's reader (Go's CSV and yaml.v3, ASCII digits), and the row of the file."""
