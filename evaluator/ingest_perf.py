@@ -148,10 +148,14 @@ def _lifecycle(path: Path) -> dict[str, Any]:
         inp[i] = _whole({"input_tokens": tok if tok is not None else 0}, where,
                         "input_tokens")
         resp = _table(info, f"{where}, field 'info'", "response_metrics")
-        served = _dig(resp, "server_usage", "completion_tokens")
-        count = served if served is not None else info.get("output_tokens",
-                                                           resp.get("output_tokens", 0))
-        out[i] = _whole({"output_tokens": count or 0}, where, "output_tokens")
+        usage = _table(resp, f"{where}, field 'info.response_metrics'", "server_usage")
+        served = usage.get("completion_tokens")
+        if served is not None:  # the server's count, named where it was read
+            key = "info.response_metrics.server_usage.completion_tokens"
+            out[i] = _whole({key: served}, where, key)
+        else:
+            count = info.get("output_tokens", resp.get("output_tokens", 0))
+            out[i] = _whole({"output_tokens": count or 0}, where, "output_tokens")
         times = info.get("output_token_times", resp.get("output_token_times")) or []
         if not isinstance(times, list) or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in times):
@@ -237,7 +241,8 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
     mid = model_id or vllm.get("model") or raw.get("model_id") or _dig(
         prof, "server", "model_name")
     if not isinstance(mid, str) or not mid:
-        raise DataError(f"{vllm_path or d}: field 'model': missing (or pass --model-id)")
+        what = "missing" if mid is None else f"not a model name ({mid!r})"
+        raise DataError(f"{vllm_path or d}: field 'model': {what} (or pass --model-id)")
     if model is None and data_root is not None:
         guess = data_root / "models" / mid.split("/")[-1] / "config.json"
         model = guess if guess.is_file() else None

@@ -136,6 +136,14 @@ def _perf_edit(d, what):
         (d / "profile.yaml").write_text(yaml.safe_dump(prof))
     elif what == "kv_tokens":
         (d / "vllm.log").write_text("INFO GPU KV cache size: 0 tokens\n")
+    elif what in ("usage_text", "usage_list"):
+        path, rows = _records(d)
+        usage = {"completion_tokens": "12"} if what == "usage_text" else [3]
+        rows[2]["info"]["response_metrics"] = {"server_usage": usage}
+        path.write_text(json.dumps(rows))
+    elif what == "model_type":
+        cfg = yaml.safe_load((d / "exp-config.yaml").read_text())
+        (d / "exp-config.yaml").write_text(yaml.safe_dump({**cfg, "model": 7}))
 
 
 @pytest.mark.parametrize(("what", "needle"), [
@@ -146,6 +154,10 @@ def _perf_edit(d, what):
                       "longest prompt"),
     ("output_len", "field 'output_len': 99999999 output tokens do not fit max_model_len"),
     ("kv_tokens", "'GPU KV cache size: 0 tokens': not one block"),
+    # the field read, not another one (once blamed on 'output_tokens', or ignored)
+    ("usage_text", "row 3, field 'info.response_metrics.server_usage.completion_tokens': "),
+    ("usage_list", "row 3, field 'info.response_metrics', field 'server_usage': not a mapping"),
+    ("model_type", "exp-config.yaml: field 'model': not a model name (7)"),  # not "missing"
 ])
 def test_inference_perf_mistakes(tmp_path, capsys, what, needle):
     d = perf_dir(tmp_path)
