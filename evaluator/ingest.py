@@ -152,7 +152,7 @@ def resolve_server(flags: ServerFlags, known: dict[str, tuple[int, str]],
         if val is None:
             raise DataError(f"{flag}: required (the source does not record it)")
         if int(val) <= 0:
-            raise DataError(f"{flag}: must be positive, got {val}")
+            raise DataError(f"{source(key)}: must be positive, got {val}")
         if int(val) > 2**31:  # no server setting comes near; an int64 column must hold it
             raise DataError(f"{source(key)}: {val} is out of range")
         vals[key] = int(val)

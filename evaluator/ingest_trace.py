@@ -99,7 +99,11 @@ def _model_id(t: TraceV2, explicit: str | None, config: dict[str, Any], cfg_path
         raise DataError(f"{t.data_path}: field 'model': the trace names several models "
                         f"({', '.join(models[:3])}); ingest one model per experiment")
     server = t.header.get("server") or {}
-    for cand in (server.get("model"), models[0] if models else None,
+    named = server.get("model")
+    if isinstance(named, str) and named and models and models[0] != named:
+        raise DataError(f"{t.data_path}: field 'model': the requests name {models[0]!r}, the "
+                        f"header's server.model {named!r}; say which with --model-id")
+    for cand in (named, models[0] if models else None,
                  config.get("_name_or_path")):
         if isinstance(cand, str) and cand:
             return cand
@@ -119,7 +123,7 @@ def from_tracev2(header_path: str | Path, data_path: str | Path, *, model: str |
     c, notes = t.columns, []
     server_hdr = t.header.get("server") or {}
     known = {key: (int(server_hdr[hk]), f"{t.header_path}: field 'server.{hk}'")
-             for key, hk in _SERVER_FROM_HEADER if server_hdr.get(hk)}
+             for key, hk in _SERVER_FROM_HEADER if server_hdr.get(hk) is not None}
     server, more = resolve_server(flags, known, config)
     notes += more
     if note := pool_note(config, cfg_path, hw, server.tp, server.block_size, server.kv_blocks):

@@ -108,6 +108,24 @@ def test_a_directory_where_a_json_file_should_be(tmp_path, capsys, flag):
     assert f"{where}: cannot read (Is a directory)" in err, err
 
 
+def test_a_header_limit_of_zero_and_a_model_the_requests_contradict(tmp_path, capsys):
+    """server.max_model_len: 0 was skipped as absent; a trace whose requests name another
+    model than the header took the header's without a word."""
+    from trace_helpers import columns
+
+    header, cols = columns()
+    header["server"]["max_model_len"] = 0
+    h, _ = write(tmp_path / "a", header, cols)
+    assert f"{h}: field 'server.max_model_len': must be positive, got 0" in refused(
+        tmp_path, capsys, h)
+    header, cols = columns()
+    cols["model"] = ["synthetic/other-7b"] * len(cols["model"])
+    h, d = write(tmp_path / "b", header, cols)
+    assert (f"{d}: field 'model': the requests name 'synthetic/other-7b', the header's "
+            "server.model 'synthetic/tiny-llama-1b'; say which with --model-id") in refused(
+        tmp_path, capsys, h)
+
+
 def test_a_model_short_name_that_cannot_key_constants(tmp_path, capsys):
     h, _ = write(tmp_path / "t")
     err = refused(tmp_path, capsys, h, "--model-short", "../../Évil name/x")
