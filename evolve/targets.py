@@ -214,7 +214,8 @@ def read_constants(spec: str, program: Program, flag: str = "--constants",
     the group and the constant, never a traceback deep in a simulation."""
     import math
 
-    is_text = inline and spec.lstrip().startswith("{")
+    # JSON text starts with a bracket or quote; a file name almost never does
+    is_text = inline and spec.lstrip()[:1] in ("{", "[", '"')
     where = flag if is_text else f"{flag} {spec}"
     try:
         raw = json.loads(spec if is_text else Path(spec).read_text(encoding="utf-8-sig"))

@@ -156,6 +156,7 @@ def test_cli_standalone(tmp_path):
     ('{"k": NaN}', "k = nan is not a finite number"),  # names the constant
     (b'{"k": \xff}', "not UTF-8 text"),                # a file, not JSON text
     ("[" * 100_000, "nested too deeply"),
+    ("[1, 2]", "--constants: expected a JSON object"),  # as text: once read as a file name
 ])
 def test_cli_bad_constants_are_one_line(tmp_path, capsys, consts, needle):
     from evolve.cli import main
@@ -164,7 +165,7 @@ def test_cli_bad_constants_are_one_line(tmp_path, capsys, consts, needle):
     prog_file.write_text(OWN_PROGRAMS["constant_only"].replace('"step"', '"k"')
                          .replace("c.step", "c.k"))
     arg = consts
-    if isinstance(consts, bytes) or consts.startswith("["):
+    if isinstance(consts, bytes) or consts.startswith("[["):
         (tmp_path / "c.json").write_bytes(consts if isinstance(consts, bytes) else
                                           consts.encode())
         arg = str(tmp_path / "c.json")
