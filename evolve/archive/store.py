@@ -72,7 +72,7 @@ class Archive:
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         try:
             with schema_lock(self.engine):  # runs opening a fresh server archive at once
-                self._check_schema()
+                self._check_schema(create)
         except (SQLAlchemyError, sqlite3.DatabaseError) as exc:
             self.engine.dispose()
             detail = first_line(exc)
@@ -85,10 +85,11 @@ class Archive:
             raise
         self._aux_ready = False
 
-    def _check_schema(self) -> None:
-        """Create the tables in an empty archive; refuse another schema version, and an
-        archive that lacks a table or column (damaged, or written by another tool) before
-        any command reads it or any run writes to it."""
+    def _check_schema(self, create: bool) -> None:
+        """Create the tables in an empty archive (only when ``create``: a read-only command
+        must not write a schema into someone's empty database); refuse another schema
+        version, and an archive that lacks a table or column (damaged, or written by
+        another tool) before any command reads it or any run writes to it."""
         inspector = inspect(self.engine)
         tables = set(inspector.get_table_names())
         if "schema_version" not in tables and tables:
@@ -99,6 +100,9 @@ class Archive:
                 versions = list(s.scalars(select(SchemaVersion.version)))
         if not versions and not tables - {"schema_version", *Base.metadata.tables}:
             # new, or its creation was killed before the version row: (re)create it
+            if not create:
+                raise ArchiveError(f"{self.path}: no archive yet (an empty database; run "
+                                   "`evolve run` first, or pass --archive)")
             Base.metadata.create_all(self.engine)
             with self._session.begin() as s:
                 s.add(SchemaVersion(version=SCHEMA_VERSION))

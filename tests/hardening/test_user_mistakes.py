@@ -32,6 +32,21 @@ def test_a_blank_archive_in_the_config(tmp_path, capsys):
     assert "a directory, not an archive file" in _line(capsys)
 
 
+@pytest.mark.parametrize("command", [["runs"], ["frontier"], ["show", "abc"]])
+def test_read_only_commands_leave_an_empty_database_alone(tmp_path, capsys, command):
+    """A SQLite file with no tables (someone's, or an archive not yet begun) is refused;
+    the commands once wrote evolve's schema into it."""
+    db = tmp_path / "empty.db"
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA user_version = 1")  # a valid database file with no tables
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    assert main([*command, "--archive", str(db)]) == 2
+    assert f"{db}: no archive yet (an empty database;" in _line(capsys)
+    assert db.read_bytes() == before
+
+
 def test_report_names_an_empty_archive_as_empty(tmp_path, capsys):
     (tmp_path / "zero.db").write_bytes(b"")
     assert main(["report", "--archive", str(tmp_path / "zero.db"), "--out",
