@@ -97,6 +97,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
         out["run"]["force_workers"] = True
     if args.ray_address and args.executor is None:  # an address means Ray
         out["run"]["executor"] = "ray"
+    if args.llm is not None and not args.llm.strip():  # an unset shell variable, usually
+        raise UserError("--llm: blank; name the endpoint's model (or `--llm local`)")
     if args.llm:
         out["operator"]["kind"] = "llm"
         out["llm"]["model"] = args.llm

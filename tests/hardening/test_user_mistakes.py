@@ -201,6 +201,13 @@ def test_data_without_a_stored_runs_scenario(finished, tmp_path, capsys, data_pa
             f"{len(SCENARIOS)} missing; pass --data DIR)") in _line(capsys)
 
 
+def test_a_blank_llm_model_is_not_the_offline_operator(tmp_path, capsys):
+    """`--llm "$MODEL"` with MODEL unset once ran the offline operator without a word."""
+    assert main(["run", "--llm", " ", "--archive", str(tmp_path / "a.db")]) == 2
+    assert "--llm: blank; name the endpoint's model" in _line(capsys)
+    assert not (tmp_path / "a.db").exists()
+
+
 def test_an_llm_operator_without_a_model(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[operator]\nkind = "llm"\n')
