@@ -125,6 +125,25 @@ def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
     assert "latency_s" not in calls[0]  # wall clock is left out of comparisons
 
 
+def test_an_llm_that_never_gives_a_program_is_said_so(tmp_path):
+    """A real endpoint answering empty text to every request: the run used to finish with
+    "0 children fitted" and nothing said; each such generation is now named in the log."""
+    from llm_server import LLMServer, Reply
+
+    logs: list[str] = []
+    cfg = tiny_config(tmp_path / "e.db", run__generations=1, operator__kind="llm",
+                      llm__model="test-model", llm__api_key_env="EVOLVE_TEST_NO_SUCH_KEY",
+                      llm__retries=0, llm__timeout_s=10.0)
+    with LLMServer(lambda _req, _n: Reply(content=""), lifetime_s=120) as server:
+        cfg.llm.base_url = server.base_url
+        with Archive(tmp_path / "e.db") as archive:
+            summary = Search(cfg, archive, log=logs.append).run()
+    assert summary.status == "finished" and summary.evaluations == 0
+    said = [m for m in logs if m.startswith("generation 1: none of the 3 proposals held a "
+                                            "program (3 x ")]
+    assert len(said) == 1, logs
+
+
 def test_teacher_forced_fitness_compares_generation_zero_on_one_corpus(tmp_path):
     """With ``fit.fitness = "teacher_forced"`` a score is the corpora's: when the best seed's
     corpora are adopted, every seed's first fit is re-scored on them before it competes

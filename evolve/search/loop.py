@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,6 +242,10 @@ class Search:
             self.fallback_generation = g
             self.log(f"generation {g}: the LLM endpoint failed every request; later "
                      "children come from the offline operator")
+        if proposals and all(p.source is None for p in proposals):  # said, not just stored
+            why = Counter(p.error or "no program" for p in proposals).most_common(2)
+            self.log(f"generation {g}: none of the {len(proposals)} proposals held a program ("
+                     + ", ".join(f"{n} x {r}" for r, n in why) + ")")
         rows = books.llm_rows(g, proposals)
         rows += evaluate_children(books, self.pool, cfg, g, proposals, ctx.probe)
         rows += maybe_refresh(books, ctx, cfg, self.pool, g, self.log)
