@@ -10,12 +10,18 @@ the replayed archive differ from the recorded one without anyone noticing.
 Failed exchanges (timeouts, 5xx after all retries) are recorded too: the run's decisions
 depend on them (error proposals, fallback to the offline operator), so replay must see them.
 When a hash occurs more than once in a file (a request recorded twice), the last line wins.
+
+Loading checks every line completely (UTF-8, strict JSON without NaN, the request's hash,
+every field of the exchange: see ``llm_endpoint.exchange_problem``), because a replayed
+exchange is only used generations into a run: a bad line must stop the run before it
+starts, as one line naming file, line and field, not as a crash minutes later.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evolve.errors import CassetteError, CassetteMiss
+from evolve.operators.llm_endpoint import exchange_problem
 
 Mode = Literal["off", "record", "replay"]
 CASSETTE_FORMAT = 1
@@ -83,6 +90,8 @@ class Cassette:
             if not self.path.is_file():
                 raise CassetteError(f"cassette {self.path}: file not found (needed for replay)")
             self._entries = load_entries(self.path)
+            if not self._entries:  # else the run would fail at its first request, later
+                raise CassetteError(f"cassette {self.path}: empty (nothing recorded)")
         elif mode == "record":
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.is_file():
@@ -122,30 +131,67 @@ class Cassette:
 def load_entries(path: Path) -> dict[str, dict[str, Any]]:
     """Parse a cassette; a bad line raises :class:`CassetteError` naming file and line."""
     entries: dict[str, dict[str, Any]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # bytes: a non-UTF-8 line is reported with its number
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CassetteError(f"cassette {path}:{lineno}: not UTF-8 (byte "
+                                    f"0x{raw[exc.start]:02x} at column {exc.start + 1})") from None
             if not line.strip():
                 continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CassetteError(f"cassette {path}:{lineno}: corrupt line ({exc.msg}; "
-                                    f"column {exc.colno})") from None
-            problem = _entry_problem(entry)
+            entry, problem = parse_line(line)
             if problem:
                 raise CassetteError(f"cassette {path}:{lineno}: {problem}")
             entries[entry["hash"]] = entry
     return entries
 
 
+def parse_line(line: str) -> tuple[Any, str]:
+    """(entry, '') for a valid cassette line, else (None, why it is not one)."""
+    try:
+        entry = json.loads(line)
+        problem = _entry_problem(entry)
+    except json.JSONDecodeError as exc:
+        at = "" if exc.msg.endswith(" at") else " at"  # "Invalid control character at"
+        return None, f"not a JSON object (truncated?): {exc.msg}{at} column {exc.colno}"
+    except RecursionError:
+        return None, "not a cassette entry: nested too deeply"
+    return (None, problem) if problem else (entry, "")
+
+
 def _entry_problem(entry: Any) -> str:
     if not isinstance(entry, dict):
-        return "corrupt line (not a JSON object)"
+        return f"not a JSON object (a {type(entry).__name__})"
     if entry.get("format") != CASSETTE_FORMAT:
         return f"unsupported format {entry.get('format')!r} (expected {CASSETTE_FORMAT})"
     for key, kind in (("hash", str), ("request", dict), ("exchange", dict)):
         if not isinstance(entry.get(key), kind):
             return f"corrupt line (missing or bad {key!r})"
-    if request_hash(entry["request"]) != entry["hash"]:
+    bad = _non_finite(entry["request"], "request")  # NaN is no JSON: it cannot be hashed
+    if bad:
+        return f"field {bad!r} is not a finite number (NaN and Infinity are not JSON)"
+    try:
+        digest = request_hash(entry["request"])
+    except ValueError as exc:  # e.g. a lone surrogate ("\\ud800"), which UTF-8 cannot encode
+        return f"request cannot be hashed ({type(exc).__name__}: {str(exc)[:80]})"
+    if digest != entry["hash"]:
         return "corrupt line (hash does not match its request)"
+    return exchange_problem(entry["exchange"])
+
+
+def _non_finite(value: Any, where: str) -> str:
+    """The path of the first NaN/±Infinity in ``value`` ('' if none)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return ""
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]")
+        if found:
+            return found
     return ""

@@ -125,7 +125,11 @@ class LLMConfig:
         for name in ("max_tokens", "concurrency", "prompt_token_cap"):
             if int(getattr(self, name)) < 1:
                 out.append(f"{name} must be >= 1")
-        for name in ("timeout_s", "backoff_base_s", "backoff_cap_s", "temperature"):
+        # A zero deadline would fail every call before it is sent; NaN passes every
+        # comparison, so finiteness is tested first, never implied by a range check.
+        if not math.isfinite(float(self.timeout_s)) or self.timeout_s <= 0:
+            out.append("timeout_s must be finite and > 0")
+        for name in ("backoff_base_s", "backoff_cap_s", "temperature"):
             value = float(getattr(self, name))
             if not math.isfinite(value) or value < 0:
                 out.append(f"{name} must be finite and >= 0")
@@ -137,8 +141,10 @@ class LLMConfig:
             out.append("n_inspirations must be >= 0")
         if self.max_total_tokens is not None and self.max_total_tokens < 0:
             out.append("max_total_tokens must be >= 0 (or unset)")
-        if self.max_cost_usd is not None and self.max_cost_usd < 0:
-            out.append("max_cost_usd must be >= 0 (or unset)")
+        if self.max_cost_usd is not None and not (math.isfinite(float(self.max_cost_usd))
+                                                  and self.max_cost_usd >= 0):
+            # NaN would make every `spent >= budget` test false: no budget at all
+            out.append("max_cost_usd must be finite and >= 0 (or unset)")
         return out
 
     @classmethod

@@ -35,7 +35,11 @@ from evolve.operators.llm_config import LLMConfig
 # (after all retries, or it refuses us: bad key, unknown model); "api_error" is a failure
 # specific to this request (e.g. 400 context too long).
 OK, UNREACHABLE, REJECTED, API_ERROR = "ok", "unreachable", "rejected", "api_error"
+STATUSES = (OK, UNREACHABLE, REJECTED, API_ERROR)
 ENDPOINT_FAILURES = frozenset({UNREACHABLE, REJECTED})
+# Largest token count taken at face value: exact as a float and as a JSON number everywhere,
+# far beyond any real usage, and well inside SQLite's 64-bit INTEGER.
+MAX_TOKENS = 2**53
 _REJECTED_CODES = frozenset({401, 403, 404})
 
 
@@ -58,7 +62,58 @@ class Exchange:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Exchange:
+        """The exchange stored as ``data``; ValueError (naming the field) if it is not one
+        :meth:`to_dict` could have written – a replayed exchange is used deep in a run,
+        so a bad one must be refused where it is read, not crash a generation later."""
+        problem = exchange_problem(data)
+        if problem:
+            raise ValueError(problem)
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def exchange_problem(data: Any) -> str:
+    """Why ``data`` is not a stored :class:`Exchange` ('' if it is one): every field but
+    ``usage_estimated`` (optional: it defaults to False) present with its type, ``status`` one
+    of :data:`STATUSES`, counts integers in 0..2**53, latency finite and >= 0."""
+    if not isinstance(data, dict):
+        return f"exchange is a {type(data).__name__}, not an object"
+    for name, kinds in (("status", (str,)), ("reply", (str, type(None))),
+                        ("finish_reason", (str, type(None))), ("prompt_tokens", (int,)),
+                        ("completion_tokens", (int,)), ("latency_s", (int, float)),
+                        ("attempts", (int,)), ("error", (str, type(None))),
+                        ("usage_estimated", (bool,))):
+        if name not in data:
+            if name == "usage_estimated":
+                continue
+            return f"field 'exchange.{name}' is missing"
+        value = data[name]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            return (f"field 'exchange.{name}' must be {' or '.join(_KIND[k] for k in kinds)}, "
+                    f"not {_short(repr(value), 60)}")
+    for name in ("status", "reply", "finish_reason", "error"):
+        if isinstance(data[name], str) and not _is_utf8(data[name]):
+            return f"field 'exchange.{name}' holds a lone surrogate (not UTF-8 text)"
+    if data["status"] not in STATUSES:
+        return (f"field 'exchange.status' must be one of {', '.join(STATUSES)}, not "
+                f"{_short(repr(data['status']), 60)}")
+    for name in ("prompt_tokens", "completion_tokens", "attempts"):
+        if not 0 <= data[name] <= MAX_TOKENS:
+            return f"field 'exchange.{name}' must be in 0..2**53, not {_short(str(data[name]), 60)}"
+    if not 0 <= data["latency_s"] < float("inf"):
+        return f"field 'exchange.latency_s' must be finite and >= 0, not {data['latency_s']!r}"
+    return ""
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_KIND = {str: "text", type(None): "null", int: "an integer", float: "a number",
+         bool: "true or false"}
 
 
 class Endpoint:
@@ -149,16 +204,14 @@ class Endpoint:
             reply = getattr(message, "content", None)
             if reply is not None and not isinstance(reply, str):
                 raise TypeError(f"content is a {type(reply).__name__}")
-            usage = getattr(resp, "usage", None)
-            estimated = usage is None or getattr(usage, "prompt_tokens", None) is None
-            if estimated:
+            counts = _usage_counts(getattr(resp, "usage", None))
+            estimated = counts is None
+            if counts is None:
                 count = estimate or (lambda text: len(text) // 4)
                 prompt_tokens = sum(count(m["content"]) for m in request["messages"])
                 completion_tokens = count(reply or "")
             else:
-                assert usage is not None
-                prompt_tokens = int(usage.prompt_tokens or 0)
-                completion_tokens = int(usage.completion_tokens or 0)
+                prompt_tokens, completion_tokens = counts
             finish = choices[0].finish_reason
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
             return self._failed(API_ERROR, f"malformed response: {exc}", start, attempts)
@@ -169,6 +222,29 @@ class Endpoint:
     def _failed(status: str, error: str, start: float, attempts: int) -> Exchange:
         return Exchange(status, None, None, 0, 0, round(time.monotonic() - start, 6),
                         attempts, error)
+
+
+def _usage_counts(usage: Any) -> tuple[int, int] | None:
+    """(prompt, completion) tokens the server reported, or None: estimate them instead.
+
+    Why estimate rather than refuse or clamp: budgets (``max_total_tokens``,
+    ``max_cost_usd``) add these counts up. A negative count would refund budget, a count
+    like 1e300 overflows the archive's INTEGER column, NaN passes every budget test; but
+    the reply itself may be fine. So usage whose counts are not integers in 0..2**53 is
+    treated as absent: the counts are estimated from the text, as for a server that sends
+    no usage (``usage_estimated`` says so), which keeps every budget bounded and honest.
+    A missing ``prompt_tokens`` means no usage; a missing ``completion_tokens`` counts 0.
+    """
+    if usage is None or getattr(usage, "prompt_tokens", None) is None:
+        return None
+    out = []
+    for value in (usage.prompt_tokens, getattr(usage, "completion_tokens", None) or 0):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 12.0 is a count; inf and nan are not integers
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+            return None
+        out.append(value)
+    return out[0], out[1]
 
 
 def extra_body(constrain: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evolve.errors import CassetteError
 from evolve.report.data import EvalBrief, RunData
 
 VERDICTS = ("accepted", "no program", "does not parse", "duplicate", "same predictions",
@@ -78,20 +79,30 @@ def load_prompts(path: Path | None) -> dict[str, list[dict[str, str]]]:
     """request hash -> chat messages, from a cassette file; {} if absent.
 
     Read leniently (a report should not fail on a half-written last line): lines that are
-    not JSON objects with a hash and a request are skipped.
+    not JSON objects with a hash and a request are skipped. A line that is not UTF-8 is
+    skipped only when it is the unterminated last one (a write cut mid-character);
+    elsewhere the file is no cassette, and :class:`CassetteError` names file and line.
     """
     if path is None or not path.is_file():
         return {}
     out: dict[str, list[dict[str, str]]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                entry = json.loads(line)
-                out[str(entry["hash"])] = [
-                    {"role": str(m.get("role", "")), "content": str(m.get("content", ""))}
-                    for m in entry["request"]["messages"]]
-            except (ValueError, KeyError, TypeError, AttributeError):
+    with open(path, "rb") as fh:  # bytes, split at b"\n" only: the numbering of load_entries
+        raws = list(fh)
+    for lineno, raw in enumerate(raws, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if lineno == len(raws) and not raw.endswith(b"\n"):
                 continue
+            raise CassetteError(f"cassette {path}:{lineno}: not UTF-8 (byte "
+                                f"0x{raw[exc.start]:02x} at column {exc.start + 1})") from None
+        try:
+            entry = json.loads(line)
+            out[str(entry["hash"])] = [
+                {"role": str(m.get("role", "")), "content": str(m.get("content", ""))}
+                for m in entry["request"]["messages"]]
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            continue
     return out
 
 

@@ -22,6 +22,10 @@ from evolve.operators.cassette import (
 )
 from evolve.operators.llm import LLMOperator
 from evolve.operators.llm_config import LLMConfig
+from evolve.operators.llm_endpoint import Exchange
+
+# A complete stored exchange (loading checks every field of it).
+EXCHANGE = Exchange("ok", "x", "stop", 3, 1, 0.5, 1, None).to_dict()
 
 
 def config(base_url: str, cassette: Path, mode: str, **kw) -> LLMConfig:
@@ -121,12 +125,12 @@ def test_corrupt_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     cas = Cassette(path, "record")
     req = canonical_request("m", [{"role": "user", "content": "hi"}], 0.5, 1, 10, "v")
-    cas.put(request_hash(req), req, {"status": "ok", "reply": "x"})
+    cas.put(request_hash(req), req, EXCHANGE)
     with open(path, "a") as fh:
         fh.write('{"format": 1, "hash": "abc", "request": {"model"\n')
     with pytest.raises(CassetteError) as info:
         Cassette(path, "replay")
-    assert f"{path}:2:" in str(info.value) and "corrupt line" in str(info.value)
+    assert f"{path}:2: not a JSON object (truncated?): " in str(info.value)
     assert "\n" not in str(info.value)
 
 
@@ -134,7 +138,7 @@ def test_tampered_line_is_detected(tmp_path):
     path = tmp_path / "tampered.jsonl"
     cas = Cassette(path, "record")
     req = canonical_request("m", [{"role": "user", "content": "hi"}], 0.5, 1, 10, "v")
-    cas.put(request_hash(req), req, {"status": "ok", "reply": "x"})
+    cas.put(request_hash(req), req, EXCHANGE)
     path.write_text(path.read_text().replace('"hi"', '"ho"'))
     with pytest.raises(CassetteError, match=r"tampered.jsonl:1: .*hash does not match"):
         Cassette(path, "replay")
