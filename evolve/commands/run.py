@@ -227,6 +227,10 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
         output_dir(report, "--report")
     if cfg.llm.cassette and cfg.llm.cassette_mode == "record":
         output_file(cfg.llm.cassette, "--cassette")
+    if cfg.llm.cassette and cfg.llm.cassette_mode == "replay" and cfg.operator.kind == "llm":
+        from evolve.operators.cassette import Cassette
+
+        Cassette(cfg.llm.cassette, "replay")  # a bad cassette: refused before the archive
     if cfg.operator.kind == "llm" and not cfg.llm.model:
         raise UserError("operator.kind = \"llm\" needs a model: set llm.model in the config "
                         "or pass --llm MODEL (or --llm local)")

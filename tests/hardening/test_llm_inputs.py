@@ -229,6 +229,7 @@ def test_cli_replay_of_an_empty_cassette_is_one_line_exit_2(tmp_path, capsys, da
                  "--data", str(data_path), "--archive", str(tmp_path / "a.db"),
                  "--generations", "1", "--head-seconds", "5", "--no-progress"]) == 2
     assert f"cassette {path}: empty (nothing recorded)" in one_line_error(capsys)
+    assert not (tmp_path / "a.db").exists()  # refused before the archive was created
 
 
 # -- A3: absurd usage counts are treated as absent usage (estimated) -------------------------
