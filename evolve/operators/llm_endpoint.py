@@ -204,6 +204,9 @@ class Endpoint:
             reply = getattr(message, "content", None)
             if reply is not None and not isinstance(reply, str):
                 raise TypeError(f"content is a {type(reply).__name__}")
+            if reply is not None and not _is_utf8(reply):  # JSON's "\ud800": no UTF-8
+                # the archive and the cassette store UTF-8; a lone surrogate becomes "?"
+                reply = reply.encode("utf-8", "replace").decode("utf-8")
             counts = _usage_counts(getattr(resp, "usage", None))
             estimated = counts is None
             if counts is None:

@@ -22,7 +22,7 @@ from llm_server import LINEAR, LLMServer, Reply, good_responder, make_parent
 
 from evolve.cli import main
 from evolve.errors import CassetteError
-from evolve.operators.cassette import Cassette, load_entries
+from evolve.operators.cassette import Cassette, load_entries, request_hash
 from evolve.operators.llm import LLMOperator
 from evolve.operators.llm_config import LLMConfig
 from evolve.operators.llm_endpoint import Endpoint, Exchange
@@ -262,6 +262,19 @@ def test_absurd_usage_counts_are_estimated(serve, prompt, completion):
     assert (ex.prompt_tokens, ex.completion_tokens) == (baseline.prompt_tokens,
                                                         baseline.completion_tokens)
     assert 0 < ex.prompt_tokens < 1000 and 0 < ex.completion_tokens < 1000
+
+
+def test_a_lone_surrogate_in_a_live_reply_is_replaced(serve, tmp_path):
+    """JSON may escape a lone surrogate ("\\ud800"), which no UTF-8 store can hold: the
+    reply keeps its program with "?" in its place, and records to a cassette that loads."""
+    body = {"id": "c1", "object": "chat.completion", "created": 0, "model": "test-model",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "ok \ud800 done"}}]}
+    ex = _complete(serve, Reply(raw_body=json.dumps(body)))
+    assert ex.status == "ok" and ex.reply == "ok ? done"
+    path = tmp_path / "c.jsonl"
+    Cassette(path, "record").put(request_hash(REQUEST), REQUEST, ex.to_dict())
+    assert load_entries(path)  # before: refused as holding a lone surrogate
 
 
 def test_sane_usage_counts_are_kept(serve):
