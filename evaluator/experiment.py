@@ -57,7 +57,6 @@ from evaluator.scenarios import (
 FORMAT = "evolve-experiment/1"
 SPLITS = ("train", "validate", "test")
 PREFIX_MODES = ("system", "prompt")
-_CONFIG_KEYS = tuple(SERVER_KEYS.items())  # (Server field, key under requests.json config)
 
 
 @dataclass
@@ -105,7 +104,7 @@ class ExperimentSpec:
         return {"format": FORMAT, "experiment": self.name, "model_id": self.model_id,
                 "model_short": self.model_short, "profile": self.workload,
                 "split": self.split,
-                "config": {key: int(getattr(sv, attr)) for attr, key in _CONFIG_KEYS},
+                "config": {key: int(getattr(sv, attr)) for attr, key in SERVER_KEYS.items()},
                 "prefix": {"system_prompt_len": self.system_prompt_len,
                            "num_groups": self.n_prefix_groups, "mode": self.prefix_mode},
                 "stages": [{"rate": s.rate, "duration": s.duration_s} for s in self.stages],
@@ -138,8 +137,8 @@ def load_experiment(exp_dir: Path, data: Path | None = None) -> Scenario:
     doc = _read_json(path)
     if doc.get("format") != FORMAT:
         raise DataError(f"{path}: field 'format' is {doc.get('format')!r}, expected {FORMAT!r}")
-    cfg = {attr: int(_get(doc, path, f"config.{key}", int)) for attr, key in _CONFIG_KEYS}
-    for attr, key in _CONFIG_KEYS:
+    cfg = {attr: int(_get(doc, path, f"config.{key}", int)) for attr, key in SERVER_KEYS.items()}
+    for attr, key in SERVER_KEYS.items():
         if cfg[attr] <= 0:
             raise DataError(f"{path}: field 'config.{key}' must be positive")
     server = Server(tp=cfg["tp"], max_num_seqs=cfg["max_num_seqs"],

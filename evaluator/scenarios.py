@@ -31,7 +31,8 @@ MAX_MODEL_LEN = 4096
 DATA_GPU = "h100-sxm.json"  # every bundled run was served on it (data README)
 
 
-def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+def data_dir(explicit: str | os.PathLike[str] | None = None,
+             hint: str = "; pass --data DIR or set EVOLVE_DATA") -> Path:
     """Resolve the data directory: explicit argument, ``EVOLVE_DATA``, then the default."""
     raw = explicit or os.environ.get("EVOLVE_DATA") or DEFAULT_DATA
     if not str(raw).strip():
@@ -39,8 +40,7 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
                         "directory")
     path = Path(raw)
     if not (path / "experiments").is_dir():
-        raise DataError(f"{path}: data directory not found (no experiments/ inside); "
-                        "pass --data DIR or set EVOLVE_DATA")
+        raise DataError(f"{path}: data directory not found (no experiments/ inside){hint}")
     return path
 
 

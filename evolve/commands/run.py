@@ -181,10 +181,9 @@ def _check_data(cfg: Config, over: dict[str, dict[str, Any]], source: str | None
     if not cfg.run.data or "data" in over.get("run", {}) or source is None:
         return  # from --data, EVOLVE_DATA or the default: data_dir's own message says so
     try:
-        data_dir(cfg.run.data)
+        data_dir(cfg.run.data, hint)
     except DataError as exc:
-        raise UserError(f"{source}: key 'run.data': {exc}".replace(
-            "; pass --data DIR or set EVOLVE_DATA", hint)) from None
+        raise UserError(f"{source}: key 'run.data': {exc}") from None
 
 
 def resume_command(cfg: Config, run_id: int, where: str) -> str:
