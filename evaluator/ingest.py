@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,8 +209,14 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
              status: list[str], e2e_s: np.ndarray, ttft_s: np.ndarray,
              stages: tuple[Stage, ...] | None, summary: dict[str, float] | None,
              source: dict[str, Any], notes: list[str],
-             prefix_mode: str = "system") -> ExperimentSpec:
-    """Sort by arrival, fill and clamp lengths, settle the stages: the common last step."""
+             prefix_mode: str = "system",
+             row_where: Callable[[int], str] | None = None) -> ExperimentSpec:
+    """Sort by arrival, fill and clamp lengths, settle the stages: the common last step.
+
+    ``row_where(i)`` names the source's row ``i`` (0-based, in file order) as the source's
+    own reader does (a TraceV2 CSV gives its line too), so an error found here points where
+    a reader's error would.
+    """
     if split not in SPLITS:
         raise DataError(f"--split: must be one of {', '.join(SPLITS)}, got {split!r}")
     if model_short is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*",
@@ -223,10 +229,11 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
     status = [status[i] for i in order]
     ok = np.array([s == "ok" for s in status])
     src = str(source.get("data") or source.get("per_request") or "the requests")
+    where = row_where or (lambda i: f"{src}: row {i + 1}")
     e2e_sorted = np.asarray(e2e_s, dtype=np.float64)[order]
     if np.any(long := ok & (e2e_sorted > MAX_E2E_S)):  # would swamp every mean it enters
         i = int(np.flatnonzero(long)[0])
-        raise DataError(f"{src}: row {int(order[i]) + 1}: an E2E latency of "
+        raise DataError(f"{where(int(order[i]))}: an E2E latency of "
                         f"{e2e_sorted[i]:.4g} s, over a day (a time-unit slip?)")
     timed = ok & np.isfinite(np.asarray(ttft_s, dtype=np.float64)[order])
     if not timed.any():  # nothing to score a model against; `evolve run` failed on it
@@ -238,10 +245,13 @@ def assemble(*, name: str, model_id: str, model_short: str | None, workload: str
     out = np.asarray(output_tokens, dtype=np.int64)[order]
     out = np.where(ok & (out <= 0), 1, out)
     out = _fill(out, ok, "an output length", notes, src, "output_tokens")
-    if np.any(out >= server.max_model_len):
-        i = int(np.flatnonzero(out >= server.max_model_len)[0])
-        raise DataError(f"{src}: row {int(order[i]) + 1}, field 'output_tokens': {out[i]} "
-                        f"output tokens do not fit max_model_len {server.max_model_len}")
+    if np.any(too_long := out >= server.max_model_len):
+        i, many = int(np.flatnonzero(too_long)[0]), int(too_long.sum())
+        also = (f" ({many} of {out.size} requests do not: is max_model_len right?)"
+                if many > 1 else "")
+        raise DataError(f"{where(int(order[i]))}, field 'output_tokens': {out[i]} "
+                        f"output tokens do not fit max_model_len {server.max_model_len}"
+                        f"{also}")
     clamped = inp > server.max_model_len - out
     if clamped.any():
         notes.append(f"{int(clamped.sum())} input length(s) clamped so that input + output "

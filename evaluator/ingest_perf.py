@@ -344,4 +344,4 @@ def from_inference_perf(directory: str | Path, *, model: str | Path | None,
         output_tokens=out, prefix_group=rank % max(n_groups, 1), n_prefix_groups=n_groups,
         system_prompt_len=sys_len, status=raw["status"], e2e_s=raw["e2e"],
         ttft_s=raw["ttft"], stages=stages or prof_stages, summary=summary, source=source,
-        notes=notes)
+        notes=notes, row_where=lambda i: f"{per_req or d / 'requests.json'}: row {i + 1}")

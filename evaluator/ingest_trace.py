@@ -126,7 +126,8 @@ def from_tracev2(header_path: str | Path, data_path: str | Path, *, model: str |
              for key, hk in _SERVER_FROM_HEADER if server_hdr.get(hk) is not None}
     server, more = resolve_server(flags, known, config)
     notes += more
-    if note := pool_note(config, cfg_path, hw, server.tp, server.block_size, server.kv_blocks):
+    if note := pool_note(config, cfg_path, hw, server.tp, server.block_size, server.kv_blocks,
+                         server_hdr.get("gpu_memory_utilization")):
         notes.append(note)
 
     arr, send = c["arrival_time_us"], c["send_time_us"]
@@ -178,4 +179,4 @@ def from_tracev2(header_path: str | Path, data_path: str | Path, *, model: str |
                     arrival_us=inject, input_tokens=total, output_tokens=c["output_tokens"],
                     prefix_group=grp, n_prefix_groups=n_groups, system_prompt_len=sys_len,
                     status=status, e2e_s=e2e, ttft_s=ttft, stages=stages, summary=None,
-                    source=source, notes=notes, prefix_mode=mode)
+                    source=source, notes=notes, prefix_mode=mode, row_where=t.where)

@@ -137,28 +137,36 @@ POOL_TOLERANCE = 1.25  # a recorded pool this far from the budget, either way, i
 
 
 def pool_note(doc: dict[str, Any], cfg_path: Path, hardware: dict[str, Any], tp: int,
-              block_size: int, kv_blocks: int) -> str | None:
+              block_size: int, kv_blocks: int,
+              utilization: float | None = None) -> str | None:
     """A note for ``evolve ingest`` when a run's KV pool is more than
     :data:`POOL_TOLERANCE` times off the one vLLM's memory budget gives (at the default
     utilisation), else None. Why: the pool decides preemption, and the likely slip is a
     count of another convention (BLIS's ``--total-kv-blocks`` auto-sizing counts every TP
-    GPU's memory, TP times vLLM's per-GPU ``# GPU blocks``). A GPU file without
-    ``memory.capacity_gb`` gives no note; the check warns and never refuses, since a
-    server may run at another ``gpu_memory_utilization``."""
+    GPU's memory, TP times vLLM's per-GPU ``# GPU blocks``). ``utilization`` is the
+    server's ``gpu_memory_utilization`` where the source records it (a TraceV2 header
+    does), else vLLM's default. A GPU file without ``memory.capacity_gb`` gives no note;
+    the check warns and never refuses, since a server may run at another
+    ``gpu_memory_utilization``."""
     capacity = (hardware.get("memory") or {}).get("capacity_gb")
     if not isinstance(capacity, int | float) or isinstance(capacity, bool) or capacity <= 0:
         return None
     arch = ModelArch.load(cfg_path)
-    budget = kv_budget(doc, arch, tp=tp, block_size=block_size, capacity_gib=float(capacity))
+    share = UTILIZATION if utilization is None else utilization
+    budget = kv_budget(doc, arch, tp=tp, block_size=block_size, capacity_gib=float(capacity),
+                       utilization=share)
+    at = ("vLLM's default memory share" if utilization is None
+          else f"gpu_memory_utilization {share:g}")
     if budget.blocks < 1:
         return (f"KV pool {kv_blocks} blocks: at TP {tp} the weights ({budget.weights / GIB:.1f}"
-                f" GiB per GPU) leave no room for a KV cache at vLLM's default memory share; "
+                f" GiB per GPU) leave no room for a KV cache at {at}; "
                 "check --tp and the model")
     ratio = kv_blocks / budget.blocks
     if 1 / POOL_TOLERANCE <= ratio <= POOL_TOLERANCE:
         return None
     return (f"KV pool {kv_blocks} blocks is {ratio:.2f} times the {budget.blocks} per GPU "
-            f"that vLLM's memory budget gives this model at TP {tp} ({budget.describe()}); "
-            "vLLM's '# GPU blocks' is per GPU (BLIS's auto-sized --total-kv-blocks counts "
-            "every TP GPU), so check --kv-blocks unless the server ran at another "
-            "--gpu-memory-utilization")
+            f"that vLLM's memory budget gives this model at TP {tp} and {at} "
+            f"({budget.describe()}); vLLM's '# GPU blocks' is per GPU (BLIS's auto-sized "
+            "--total-kv-blocks counts every TP GPU), so check --kv-blocks"
+            + (" unless the server ran at another --gpu-memory-utilization"
+               if utilization is None else ""))

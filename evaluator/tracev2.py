@@ -123,6 +123,13 @@ def _check_header(doc: Any, path: Path) -> dict[str, Any]:
                         "microseconds ('us' or 'microseconds')")
     if doc.get("warm_up_requests") is not None and doc["warm_up_requests"] < 0:
         raise DataError(f"{path}: field 'warm_up_requests' is negative")
+    if doc.get("trace_version") is not None and doc["trace_version"] < 1:
+        raise DataError(f"{path}: field 'trace_version' is {doc['trace_version']}; BLIS "
+                        "writes 2")
+    share = (doc.get("server") or {}).get("gpu_memory_utilization")
+    if share is not None and not 0.0 < share <= 1.0:  # NaN fails too; BLIS's flag range
+        raise DataError(f"{path}: field 'server.gpu_memory_utilization' is {share!r}; a "
+                        "share of GPU memory in (0, 1]")
     return doc
 
 

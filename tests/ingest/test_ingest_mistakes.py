@@ -73,9 +73,10 @@ def test_a_data_file_that_cannot_be_read(tmp_path, capsys, kind):
     (lambda h, d: h.write_text(h.read_text() + "network:\n  measured_rtt_ms: fast\n"),
      "field 'network.measured_rtt_ms' has invalid value 'fast'"),
     (lambda h, d: edit_csv(d, 4, "output_tokens", "99999999"),
-     "row 5, field 'output_tokens': 99999999 output tokens do not fit max_model_len"),
+     "row 5 (line 6), field 'output_tokens': 99999999 output tokens do not fit "
+     "max_model_len 4096"),
     (lambda h, d: edit_csv(d, 2, "last_chunk_time_us", "999999999999999999"),
-     "row 3: an E2E latency of "),  # once stored as 31 years, swamping the mean E2E
+     "row 3 (line 4): an E2E latency of "),  # once stored as 31 years, swamping the mean E2E
 ])
 def test_traces_a_strict_reader_refuses(tmp_path, capsys, edit, needle):
     """As BLIS's reader (Go's CSV and yaml.v3, ASCII digits), and the row of the file."""
@@ -83,6 +84,16 @@ def test_traces_a_strict_reader_refuses(tmp_path, capsys, edit, needle):
     edit(h, d)
     err = refused(tmp_path, capsys, h)
     assert needle in err and (str(h) in err or str(d) in err), err
+
+
+def test_a_max_model_len_too_small_for_most_requests(tmp_path, capsys):
+    """`--max-model-len 10` was reported as row 1's output length alone; that every
+    request fails the same way points at the setting instead."""
+    h, d = write(tmp_path / "t")
+    err = refused(tmp_path, capsys, h, "--max-model-len", "10")
+    n = len(d.read_text().splitlines()) - 1
+    assert f"{d}: row " in err and f"do not fit max_model_len 10 ({n} of {n} requests " \
+        "do not: is max_model_len right?)" in err, err
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
@@ -106,6 +117,39 @@ def test_a_directory_where_a_json_file_should_be(tmp_path, capsys, flag):
     err = refused(tmp_path, capsys, h, flag, str(bad))  # --model DIR reads DIR/config.json
     where = bad if flag == "--hardware" else bad / "config.json"
     assert f"{where}: cannot read (Is a directory)" in err, err
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), [
+    ("trace_version", 0, "field 'trace_version' is 0; BLIS writes 2"),
+    ("server.gpu_memory_utilization", 90, "field 'server.gpu_memory_utilization' is 90; a "
+                                          "share of GPU memory in (0, 1]"),  # percent
+    ("server.gpu_memory_utilization", float("nan"), "field 'server.gpu_memory_utilization' is nan"),
+])
+def test_header_values_out_of_range(tmp_path, capsys, key, value, needle):
+    """Were taken without a look; BLIS's --gpu-memory-utilization is refused outside (0, 1]."""
+    h, _ = write(tmp_path / "a")  # the writer checks its header: edit the file after
+    header = yaml.safe_load(h.read_text())
+    where, _, leaf = key.rpartition(".")
+    (header.setdefault(where, {}) if where else header)[leaf] = value
+    h.write_text(yaml.safe_dump(header))
+    assert f"{h}: {needle}" in refused(tmp_path, capsys, h)
+
+
+def test_the_pool_note_reads_the_headers_memory_share(tmp_path, capsys, data_path):
+    """At the header's gpu_memory_utilization 0.45, Llama-2-7B's 7,462 blocks (logged at
+    vLLM's default 0.9) are about twice the budget: noted at that share."""
+    from trace_helpers import columns
+
+    header, cols = columns()
+    header["server"]["gpu_memory_utilization"] = 0.45
+    h, _ = write(tmp_path / "a", header, cols)
+    flags = [f for f in FLAGS if f not in ("--kv-blocks", "3000")]
+    code = main(["ingest", str(h), "--out", str(tmp_path / "d"), "--model",
+                 str(data_path / "models" / "Llama-2-7b-hf"), *flags, "--kv-blocks", "7462"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "at TP 1 and gpu_memory_utilization 0.45" in out.out and "times the" in out.out, \
+        out.out
 
 
 def test_a_header_limit_of_zero_and_a_model_the_requests_contradict(tmp_path, capsys):
