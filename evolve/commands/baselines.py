@@ -31,6 +31,11 @@ def run(args: argparse.Namespace) -> int:
     ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args)))
     fits = "" if args.only and "linear" not in args.only else "fitting the linear baseline and "
     print(f"loaded {len(ev.scenarios)} runs; {fits}simulating...", file=sys.stderr)
+    unfitted = sorted({s.model for s in ev.scenarios} - {s.model for s in ev.scenarios
+                                                         if s.split == "train"})
+    if fits and unfitted:  # fitted per model on its train runs: none, no fit (said)
+        print(f"note: no train run of {', '.join(unfitted)}: the linear baseline keeps its "
+              "initial constants there", file=sys.stderr)
     out: dict[str, dict[str, dict]] = {}
     for name, (model, consts) in baseline_models(ev, only=args.only).items():
         def progress(run_name: str, name: str = name) -> None:

@@ -80,9 +80,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args, at_least={"max_evals": 1}, nonnegative=("prior",))
+    # a pool no server has (1e21 once overflowed in the simulator: an internal error)
+    if args.kv_blocks is not None and args.kv_blocks >= 2**31:
+        raise UserError(f"--kv-blocks {args.kv_blocks}: out of range, must be below 2^31 "
+                        "(vLLM logs '# GPU blocks: N')")
     if args.kv_blocks is not None and args.gpu_memory_utilization is not None:
         raise UserError("--gpu-memory-utilization: only sizes an estimated KV pool; "
                         "--kv-blocks gives the pool itself, pass one of the two")
+    for flag, given, what in (("--model-config", args.model_config, "the config.json"),
+                              ("--name", args.name, "the model"),
+                              ("--out", args.out, "the output directory")):
+        if given is not None and not given.strip():  # "" once meant the default silently
+            raise UserError(f"{flag}: blank; name {what}")
     from evaluator.api import Evaluator, data_dir, estimate_kv_pool, unseen_scenarios
     from evolve.codegen import step_model
     from evolve.fitting import const_map
@@ -93,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if not name.strip() or name in (".", "..") or "/" in name or "\\" in name:
         raise UserError(f"--name {name!r}: a model name, not a path (it names the default "
                         "output directory runs/calibrate-NAME)")
+    out = _writable_out(Path(args.out or Path("runs") / f"calibrate-{name}"))
     program, _groups, label = load_target(args)
     ev = Evaluator.from_data(args.data, **simulator_options(args))
     if name in {s.model for s in ev.scenarios}:
@@ -114,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if not fit_on or not calib_on:
         raise UserError(f"{data_dir(args.data)}: no measured normal (non-reasoning) runs "
                         "outside the test split to fit the rule and calibrate on")
-    out = output_dir(args.out or Path("runs") / f"calibrate-{name}", "--out")
+    out = output_dir(out, "--out")  # created once the input is known to be good
     ev = on_all_cores(Evaluator([*ev.scenarios, *new]))
     print(f"calibrating {label} for {name} (TP {args.tp}, {kv_blocks} KV blocks) on "
           f"{len(calib_on)} workloads; the rule fitted on {len(fit_on)} measured runs",
@@ -122,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
     reference = rule_program()
     record = carry(program, reference, ev, fit_on, calib_on, seed=args.seed,
                    max_evals=args.max_evals, prior=args.prior, pool=FitSection.pool_strength)
+    if not math.isfinite(record["match_loss"]):  # once written, with NaN predictions
+        raise UserError(f"{args.program}: no constants in its bounds price {name}'s "
+                        f"batches (match loss to {RULE} inf: a time not finite, or physics "
+                        "broken, at every candidate); nothing written")
     names = [s.name for s in new]
     sims = ev.simulate(step_model(program),
                        const_map(program, {"global": record["calibrated"]}, new, "global"),
@@ -155,6 +169,26 @@ def run(args: argparse.Namespace) -> int:
           f"  evolve export-go {out}/program.py --constants {out}/constants.json "
           f"-o latency_model.go")
     return 0
+
+
+def _writable_out(out: Path) -> Path:
+    """``--out`` checked before the data is loaded, without creating it (a refused
+    calibration leaves no directory behind): the nearest existing ancestor must be a
+    directory one can write in."""
+    import tempfile
+
+    base = out
+    while not base.exists() and base.parent != base:
+        base = base.parent
+    if not base.is_dir():
+        where = "" if base == out else f"{base} "
+        raise UserError(f"--out {out}: {where}exists and is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write there ({exc.strerror})") from None
+    return out
 
 
 def _pred(res: SimResult) -> dict[str, float]:

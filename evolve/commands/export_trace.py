@@ -44,6 +44,8 @@ def resolve(name: str, names: list[str]) -> str:
 
     if name in names:
         return name
+    if not name.strip():  # it is in every name: "ambiguous" would blame the data
+        raise UserError("EXPERIMENT: blank; name an experiment (see `evolve data`)")
     hits = [n for n in names if name in n]
     if len(hits) == 1:
         return hits[0]

@@ -85,6 +85,8 @@ def load_program(spec: str):
     from evolve.language import parse_program
 
     path = program_file(spec)
+    if path is None and Path(spec).is_dir():
+        raise UserError(f"{spec}: a directory, not a program file")
     if path is None:
         raise UserError(f"{spec}: no such file and no seed of that name (seeds: "
                         f"{', '.join(available_seeds()) or 'none found in ' + str(SEEDS_DIR)})")
@@ -136,13 +138,16 @@ def say(msg: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluator.api import Evaluator, load_scenarios, loss
+    from evaluator.api import Evaluator, data_dir, load_scenarios, loss
     from evolve.fitting import const_map, fit_program, group_key
 
-    check_flags(args, at_least={"max_evals": 1, "restarts": 0, "polish_evals": 0})
+    check_flags(args, at_least={"max_evals": 1, "restarts": 0, "polish_evals": 0},
+                nonnegative=("prior",))  # before the runs are simulated, not after
     if args.head_seconds is not None and not 0 < args.head_seconds < math.inf:
         raise UserError(f"--head-seconds {args.head_seconds}: out of range, must be a finite "
                         "number > 0")
+    if args.save_constants is not None and not args.save_constants.strip():
+        raise UserError("--save-constants: blank; name the JSON file to write")
     if args.save_constants:  # an unwritable path is found now, not after the fit
         output_file(args.save_constants, "--save-constants")
     program, path = load_program(args.program)
@@ -153,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     note_roofline_kernels(program, scenarios)
     train = ev.names("train")
     if not train:
-        raise UserError("no run has split 'train' in the data directory")
+        raise UserError(f"{data_dir(args.data)}: no run has split 'train' (the runs the "
+                        "constants are fitted on)")
     model = step_model(program)
     say(f"program {program.id[:12]} ({path}), {program.n_constants} constants, "
         f"complexity {program.complexity}; simulating {len(ev.scenarios)} runs at the "
@@ -164,8 +170,6 @@ def run(args: argparse.Namespace) -> int:
         version = ev.refresh_corpora(model, init_map, strict=True,
                                      progress=lambda n: say(f"  simulated {n}"))
     t0 = time.perf_counter()
-    if not (math.isfinite(args.prior) and args.prior >= 0):
-        raise UserError(f"--prior {args.prior}: must be a finite number >= 0")
     from evolve.physics import probes_for
 
     # the search's physics penalty (evolve/physics.py), in both fits

@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "default: %(default)s, fit.polish_evals, the budget the search "
                         "polishes its pick with)")
     parser.add_argument("--scope", choices=["global", "per_model", "pooled"],
-                        help="constant scope of the refit (default: pooled for a program "
+                        help="constant scope of the refit (--mode lowo, or lomo with "
+                        "--unseen global; default: pooled for a program "
                         "fitted pooled, else global for lomo and per_model for lowo; pooled "
                         "fits per model shrunk to a global set, and a held-out model gets "
                         "the global set)")
@@ -100,6 +101,14 @@ def run(args: argparse.Namespace) -> int:
                         "--mode lowo holds out workloads of measured models")
     program, groups, label = load_target(args)
     unseen = "global" if args.mode != "lomo" or label == RULE else (args.unseen or RULE)
+    if unseen == RULE and args.scope:  # carry_to fits no scope: it was ignored
+        raise UserError(f"--scope {args.scope}: not used when the held-out model is "
+                        f"calibrated to `{RULE}` (--unseen {RULE}, the default of --mode "
+                        "lomo); pass --unseen global to refit the program at a scope")
+    if args.mode == "lomo" and args.scope == "per_model":  # its runs all held out
+        raise UserError("--scope per_model: --mode lomo holds out a whole model, so it gets "
+                        "no fitted set of its own (its runs would be simulated at the "
+                        "declared values); pass --scope global or pooled")
     ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args)))
     note_roofline_kernels(program, ev.scenarios)
     if args.constants:

@@ -52,6 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> LLMConfig:
+    for flag, given in (("--llm", args.llm), ("--llm-base-url", args.llm_base_url),
+                        ("--api-key-env", args.api_key_env)):
+        if given is not None and not given.strip():  # "$VAR" unset: never the default
+            raise UserError(f"{flag}: blank; pass a value or leave the flag out")
+    if args.timeout is not None and not 0 < args.timeout <= 3600:  # 1e300: a socket error
+        raise UserError(f"--timeout {args.timeout:g}: must be a number of seconds in "
+                        "(0, 3600]")
     base = LLMConfig()
     if args.config:
         from evolve.config import load_config

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
-from evolve.targets import output_dir
+from evolve.targets import check_flags, output_dir, output_file
 
 HELP = "independent runs (seeds in parallel) and the median [min, max] of their picks"
 METRICS = (("e2e_mean", "mean E2E"), ("ttft_mean", "mean TTFT"), ("itl_mean", "decode"),
@@ -116,7 +116,8 @@ def _run_argv(args: argparse.Namespace, seed: int, archive: str, ray_address: st
             else ["--config", args.config] if args.config else [])
     cmd += ["--generations", str(args.generations)] if args.generations is not None else []
     cmd += ["--data", args.data] if args.data else []
-    cmd += ["--head-seconds", str(args.head_seconds)] if args.head_seconds else []
+    cmd += (["--head-seconds", str(args.head_seconds)] if args.head_seconds is not None
+            else [])  # 0 (whole runs) too: it overrides a config's cut
     cmd += ["--ray-address", ray_address] if ray_address else ["--workers", str(args.workers)]
     return cmd
 
@@ -138,14 +139,23 @@ def _check_settings(args: argparse.Namespace, out: Path) -> str:
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
         raise UserError(lines[-1].removeprefix("evolve run: error: "))
-    data_dir(args.data or None)
+    data_dir(args.data)
     if args.archive:
         from evolve.archive.engines import locate
 
         try:
-            locate(args.archive).url.get_dialect()
+            loc = locate(args.archive)
+            loc.url.get_dialect()
         except Exception as exc:  # SQLAlchemy's plugin and URL errors vary
             raise UserError(f"--archive {args.archive}: {exc}") from None
+        path = loc.file
+        if path is not None and (path.is_dir() or (path.exists() and path.stat().st_size)):
+            from evolve.archive.store import Archive
+
+            with Archive(args.archive, create=False):  # a text file, a directory, another
+                pass  # schema: one line now, not every seed's run failing in its log
+        elif path is not None and not path.exists():
+            output_file(path, "--archive")
     cfg = tomllib.loads(done.stdout)
     for key in (*NOT_STORED, "seed"):
         cfg.get("run", {}).pop(key, None)
@@ -158,9 +168,14 @@ def _reusable(args: argparse.Namespace, out: Path, stamp: str) -> None:
         path = out / f"seed-{seed}.json"
         if path.exists():
             try:
-                old = json.loads(path.read_text()).get("settings")
-            except (OSError, ValueError, AttributeError):
-                old = None
+                done = json.loads(path.read_text())
+            except (OSError, ValueError):
+                done = None
+            if not (isinstance(done, dict) and isinstance(done.get("program"), str)
+                    and isinstance(done.get("runs"), dict)):  # e.g. cut short by a full disk
+                raise UserError(f"{path}: not the result of seed {seed} (unreadable or not "
+                                "evolve validate's JSON); delete it to run the seed again")
+            old = done.get("settings")
             if old not in (None, stamp):
                 raise UserError(f"{path}: seed {seed} was run with other settings; pass a new "
                                 "--out, or delete the file to run it again")
@@ -308,8 +323,17 @@ def _run_seeds(args: argparse.Namespace, out: Path, ray_address: str, stamp: str
 def run(args: argparse.Namespace) -> int:
     if len(set(args.seeds)) != len(args.seeds):
         raise UserError("--seeds: each seed once")
-    if args.workers < 1 or (args.parallel is not None and args.parallel < 1):
-        raise UserError("--workers and --parallel must be at least 1")
+    bad = [s for s in args.seeds if not 0 <= s < 2**63]  # only the first is run as a check
+    if bad:
+        raise UserError(f"--seeds {bad[0]}: out of range, each seed must be an integer in "
+                        "[0, 2^63) (run.seed)")
+    check_flags(args, at_least={"workers": 1, **({} if args.parallel is None
+                                                  else {"parallel": 1})})
+    if args.ray_address and args.executor != "ray":
+        raise UserError("--ray-address: applies to --executor ray (the seeds would run as "
+                        "local processes); pass --executor ray or drop the address")
+    if not args.out.strip():
+        raise UserError("--out: blank; name the study's directory")
     out = output_dir(args.out, "--out")
     stamp = _check_settings(args, out)
     _reusable(args, out, stamp)

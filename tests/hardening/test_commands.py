@@ -108,6 +108,8 @@ WRITERS = {  # command -> its argv with OUT where it writes
     "export-trace": ["export-trace", CODEGEN, "--out", "OUT"],
     "fit": ["fit", "layered", "--save-constants", "OUT", "--max-evals", "10"],
     "export-go": ["export-go", "0", "--archive", "{archive}", "-o", "OUT"],
+    "calibrate": ["calibrate", "linear", "--model-config", "{data}/models/Llama-2-7b-hf",
+                  "--max-evals", "20", "--out", "OUT"],
     "run --report": ["run", "--generations", "1", "--archive", "{tmp}/r.db", "--report",
                      "OUT"],
     "run --cassette": ["run", "--generations", "1", "--archive", "{tmp}/r.db", "--llm", "m",
@@ -209,3 +211,75 @@ def test_baselines_count_the_runs_they_have(data_path, tmp_path, capsys):
     out = capsys.readouterr()
     assert "== roofline: 0 of 1 non-reasoning runs within 10% mean E2E" in out.out, out.out
     assert "fitting the linear" not in out.err
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("make, needle", [
+    ("text", "not an evolve archive (not SQLite"),
+    ("other-schema", "not an evolve archive (no schema_version table)"),
+    ("directory", "a directory, not an archive file"),
+    ("no-parent", "does not exist"),
+])
+def test_study_refuses_an_archive_that_is_not_one_before_any_seed(tmp_path, capsys, make,
+                                                                   needle):
+    """Every seed's `evolve run` failed on it in turn, in its log, and the study exited 1."""
+    path = {"text": tmp_path / "a.txt", "other-schema": tmp_path / "o.db",
+            "directory": tmp_path, "no-parent": tmp_path / "gone" / "a.db"}[make]
+    if make == "text":
+        path.write_text("hello\n")
+    elif make == "other-schema":
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE foo (x)")
+        con.commit()
+        con.close()
+    out = tmp_path / "study"
+    assert main(["study", "--seeds", "1", "2", "--generations", "0", "--archive", str(path),
+                 "--out", str(out)]) == 2
+    line = _one_line(capsys)
+    assert needle in line and str(path) in line, line
+    assert not list(out.glob("seed-*"))
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("text", ["{cut short", "[]", '{"settings": null}'])
+def test_study_names_a_damaged_seed_result(tmp_path, capsys, text):
+    """A seed-S.json cut short (a full disk, a kill mid-write) was an internal error."""
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "seed-1.json").write_text(text)
+    assert main(["study", "--seeds", "1", "--generations", "0", "--out", str(out)]) == 2
+    assert f"{out / 'seed-1.json'}: not the result of seed 1" in _one_line(capsys)
+
+
+@pytest.mark.real_data
+def test_export_trace_of_a_blank_experiment(tmp_path, capsys):
+    """A blank name is in every name: it was called ambiguous."""
+    assert main(["export-trace", " ", "--out", str(tmp_path / "t")]) == 2
+    assert "EXPERIMENT: blank; name an experiment" in _one_line(capsys)
+
+
+@pytest.mark.real_data
+def test_calibrate_refuses_a_program_without_a_finite_step_time(data_path, tmp_path, capsys):
+    """It wrote its constants, NaN predictions and the export command, exit 0."""
+    path = tmp_path / "p.py"
+    path.write_text(NAN_STEP)
+    out = tmp_path / "out"
+    assert main(["calibrate", str(path), "--model-config",
+                 str(data_path / "models" / "Llama-2-7b-hf"), "--max-evals", "20",
+                 "--out", str(out)]) == 2
+    assert f"{path}: no constants in its bounds price Llama-2-7b-hf's batches (match loss " \
+        "to layered inf" in _one_line(capsys)
+    assert not list(out.iterdir())
+
+
+@pytest.mark.real_data
+def test_baselines_say_when_the_linear_one_is_not_fitted(data_path, tmp_path, capsys):
+    """A model without a train run kept the linear baseline's initial constants silently."""
+    root = tmp_path / "data"
+    name = "20260217-170634-llama-2-7b-tp1-reasoning"  # the test split
+    (root / "experiments").mkdir(parents=True)
+    for sub in ("models", "hardware", f"experiments/{name}"):
+        (root / sub).symlink_to((data_path / sub).resolve())
+    assert main(["baselines", "--data", str(root), "--only", "linear"]) == 0
+    assert ("note: no train run of llama-2-7b: the linear baseline keeps its initial "
+            "constants there") in capsys.readouterr().err

@@ -233,3 +233,125 @@ def test_report_legend_names_the_llm_only_for_llm_runs(finished, tmp_path):
     write_report(finished, tmp_path / "r")
     assert "from the LLM" not in (tmp_path / "r" / "frontier.html").read_text()
     shutil.rmtree(tmp_path / "r")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--seeds", "1", "-5"], "--seeds -5: out of range, each seed must be an integer in "
+                             "[0, 2^63)"),  # only the first seed was checked, by a run
+    (["--workers", "0"], "--workers 0: must be an integer >= 1"),
+    (["--parallel", "0"], "--parallel 0: must be an integer >= 1"),
+    (["--ray-address", "10.0.0.1:6379"], "--ray-address: applies to --executor ray"),
+    (["--out", ""], "--out: blank; name the study's directory"),  # was the current dir
+])
+def test_study_flags_are_refused_before_any_seed(tmp_path, monkeypatch, capsys, argv,
+                                                  needle):
+    monkeypatch.chdir(tmp_path)
+    out = [] if "--out" in argv else ["--out", str(tmp_path / "s")]
+    assert main(["study", "--generations", "0", *out, *argv]) == 2
+    assert needle in _line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--llm", " "], "--llm: blank"),  # was sent to the endpoint as the model
+    (["--llm", "m", "--llm-base-url", ""], "--llm-base-url: blank"),  # was the default URL
+    (["--llm", "m", "--api-key-env", ""], "--api-key-env: blank"),
+    (["--llm", "m", "--timeout", "1e300"], "--timeout 1e+300: must be a number of seconds "
+                                           "in (0, 3600]"),  # an OverflowError in socket
+])
+def test_llm_check_blank_flags_and_a_huge_timeout(capsys, argv, needle):
+    assert main(["llm-check", "--llm-base-url", "http://127.0.0.1:9/v1", *argv]) == 2
+    assert needle in _line(capsys)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--out", ""], "--out: blank; name the output directory"),  # was runs/calibrate-NAME
+    (["--name", ""], "--name: blank; name the model"),  # was the config's directory name
+    (["--kv-blocks", "1" + "0" * 21], "--kv-blocks 1" + "0" * 21 + ": out of range, must "
+                                      "be below 2^31"),  # an OverflowError in the simulator
+])
+def test_calibrate_refuses_blank_and_huge_values_before_the_work(
+        tmp_path, monkeypatch, capsys, argv, needle):
+    import evolve.commands.calibrate as calibrate
+
+    def no_work(_args):
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(calibrate, "load_target", no_work)
+    (tmp_path / "m").mkdir()
+    assert main(["calibrate", "linear", "--model-config", str(tmp_path / "m"),
+                 "--max-evals", "20", *argv]) == 2
+    assert needle in _line(capsys)
+
+
+def test_calibrate_checks_its_out_before_loading_anything(tmp_path, monkeypatch, capsys):
+    """--out under a file was found after the data and the KV estimate (seconds), and a
+    refused calibration must leave no directory behind."""
+    import evolve.commands.calibrate as calibrate
+    from evolve.errors import UserError
+
+    def no_work(_args):
+        raise UserError("the target was loaded")
+
+    monkeypatch.setattr(calibrate, "load_target", no_work)
+    (tmp_path / "file").write_text("")
+    argv = ["calibrate", "linear", "--model-config", str(tmp_path), "--out"]
+    assert main([*argv, str(tmp_path / "file" / "x")]) == 2
+    assert f"{tmp_path / 'file'} exists and is not a directory" in _line(capsys)
+    assert main([*argv, str(tmp_path / "new" / "x")]) == 2
+    assert "the target was loaded" in _line(capsys)
+    assert not (tmp_path / "new").exists()
+
+
+def test_fit_checks_prior_and_save_constants_before_simulating(tmp_path, monkeypatch,
+                                                               capsys):
+    """--prior nan was refused only after every run was simulated; --save-constants ""
+    fitted and saved nothing without a word; a directory was "no such file"."""
+    import evaluator.api
+
+    def no_work(*_a, **_k):
+        raise AssertionError("the runs were loaded")
+
+    monkeypatch.setattr(evaluator.api, "load_scenarios", no_work)
+    assert main(["fit", "linear", "--prior", "nan"]) == 2
+    assert "--prior nan: must be a finite number >= 0" in _line(capsys)
+    assert main(["fit", "linear", "--save-constants", ""]) == 2
+    assert "--save-constants: blank; name the JSON file to write" in _line(capsys)
+    assert main(["fit", str(tmp_path)]) == 2
+    assert f"{tmp_path}: a directory, not a program file" in _line(capsys)
+
+
+def test_fit_on_data_without_train_runs_names_the_directory(tmp_path, capsys):
+    (tmp_path / "experiments").mkdir()
+    assert main(["fit", "linear", "--data", str(tmp_path)]) == 2
+    assert f"{tmp_path}: no run has split 'train'" in _line(capsys)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--scope", "pooled"], "--scope pooled: not used when the held-out model is calibrated "
+                            "to `layered`"),  # ignored without a word
+    (["--unseen", "global", "--scope", "per_model"], "--scope per_model: --mode lomo holds "
+                                                     "out a whole model"),  # declared values
+])
+def test_generalize_lomo_scopes_that_mean_nothing(monkeypatch, capsys, argv, needle):
+    import evaluator.api
+
+    def no_work(*_a, **_k):
+        raise AssertionError("the runs were loaded")
+
+    monkeypatch.setattr(evaluator.api.Evaluator, "from_data", no_work)
+    assert main(["generalize", "linear", "--mode", "lomo", *argv]) == 2
+    assert needle in _line(capsys)
+
+
+def test_study_passes_head_seconds_zero_on(tmp_path):
+    """--head-seconds 0 (whole runs) was dropped, so a config's cut applied silently."""
+    import argparse
+
+    from evolve.commands import study
+
+    parser = argparse.ArgumentParser()
+    study.add_arguments(parser)
+    args = parser.parse_args(["--seeds", "1", "--head-seconds", "0", "--config", "c.toml"])
+    argv = study._run_argv(args, 1, str(tmp_path / "a.db"), "")
+    assert argv[argv.index("--head-seconds") + 1] == "0.0"
