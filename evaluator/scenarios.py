@@ -34,10 +34,10 @@ DATA_GPU = "h100-sxm.json"  # every bundled run was served on it (data README)
 def data_dir(explicit: str | os.PathLike[str] | None = None,
              hint: str = "; pass --data DIR or set EVOLVE_DATA") -> Path:
     """Resolve the data directory: explicit argument, ``EVOLVE_DATA``, then the default."""
-    raw = explicit or os.environ.get("EVOLVE_DATA") or DEFAULT_DATA
-    if not str(raw).strip():
-        raise DataError(f"{'--data' if explicit else 'EVOLVE_DATA'}: blank; name a data "
-                        "directory")
+    raw = explicit if explicit is not None else os.environ.get("EVOLVE_DATA") or DEFAULT_DATA
+    if not str(raw).strip():  # `--data ""` (a variable left unset) once meant the default
+        who = "--data" if explicit is not None else "EVOLVE_DATA"
+        raise DataError(f"{who}: blank; name a data directory")
     path = Path(raw)
     if not (path / "experiments").is_dir():
         raise DataError(f"{path}: data directory not found (no experiments/ inside){hint}")

@@ -310,19 +310,18 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
             raise UserError(f"{path}: cannot read ({exc.strerror})") from None
         except ProgramError as exc:
             raise UserError(f"{path}: {exc}") from None
+        if getattr(args, "run", None) is not None:  # was ignored without a word
+            raise UserError(f"--run: applies to a program in the archive; {args.program} "
+                            "is a program file or seed (its constants: --constants)")
         groups = read_constants(args.constants, program) if args.constants else {}
         return program, groups, path.stem
-    from evolve.archive.engines import exists
     from evolve.archive.store import Archive
 
     if getattr(args, "constants", None):
         raise UserError(f"--constants: applies to a program file; {args.program} is read "
                         "from the archive with its own fitted constants")
     check_id_spec(args.program, args.archive)
-    if not exists(args.archive):
-        raise UserError(f"{args.archive}: archive not found "
-                        "(run `evolve run` first, or pass --archive)")
-    with Archive(args.archive, create=False) as ar:
+    with Archive(args.archive, create=False) as ar:  # its errors: missing, empty, foreign
         pid = ar.resolve_id(args.program, getattr(args, "run", None))
         evals = [e for e in ar.evaluations_of(pid) if e.status == "accepted" and e.constants
                  and (args.run is None or e.run_id == args.run)]

@@ -96,6 +96,9 @@ def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]
     from evolve.language import parse_program
     from evolve.targets import read_constants
 
+    if args.run is not None:  # was ignored without a word
+        raise UserError(f"--run: applies to a program in the archive; {args.id} is a program "
+                        "file or seed (its constants: --constants)")
     try:
         prog = parse_program(Path(args.id).read_bytes())
     except ProgramError as exc:

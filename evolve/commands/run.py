@@ -79,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     """Command-line values as a config fragment (only the flags that were given)."""
     out: dict[str, dict[str, object]] = {"run": {}, "operator": {}, "llm": {}, "fit": {}}
+    for flag, what in (("data", "a data directory"), ("archive", "a file or URL")):
+        if getattr(args, flag) is not None and not getattr(args, flag).strip():
+            raise UserError(f"--{flag}: blank; name {what}")  # "" once meant the default
     for flag, key in (("generations", "generations"), ("seed", "seed"), ("data", "data"),
                       ("archive", "archive"), ("head_seconds", "head_seconds"),
                       ("workers", "workers"), ("wall_time", "wall_time_s"),

@@ -51,8 +51,8 @@ class LLMConfig:
     max_tokens: int = field(default=4096, metadata=_doc(
         "max completion tokens per request"))
     timeout_s: float = field(default=120.0, metadata=_doc(
-        "deadline of one call in seconds, all attempts and waits together; a timeout is "
-        "final (never retried: the next attempt would be as slow)"))
+        "deadline of one call in seconds (at most 3600), all attempts and waits together; a "
+        "timeout is final (never retried: the next attempt would be as slow)"))
     retries: int = field(default=4, metadata=_doc(
         "retries after the first attempt on 429, 5xx and connection errors (refused, reset)"))
     constrain: Constrain = field(default="off", metadata=_doc(
@@ -127,8 +127,8 @@ class LLMConfig:
                 out.append(f"{name} must be >= 1")
         # A zero deadline would fail every call before it is sent; NaN passes every
         # comparison, so finiteness is tested first, never implied by a range check.
-        if not math.isfinite(float(self.timeout_s)) or self.timeout_s <= 0:
-            out.append("timeout_s must be finite and > 0")
+        if not 0 < float(self.timeout_s) <= 3600:  # 1e300 overflowed the socket's timeout
+            out.append("timeout_s must be in (0, 3600] seconds")
         for name in ("backoff_base_s", "backoff_cap_s", "temperature"):
             value = float(getattr(self, name))
             if not math.isfinite(value) or value < 0:
