@@ -141,9 +141,10 @@ def pool_note(doc: dict[str, Any], cfg_path: Path, hardware: dict[str, Any], tp:
               utilization: float | None = None) -> str | None:
     """A note for ``evolve ingest`` when a run's KV pool is more than
     :data:`POOL_TOLERANCE` times off the one vLLM's memory budget gives (at the recorded
-    utilisation, else the default), else None. Why: the pool decides preemption, and the likely slip is a
-    count of another convention (BLIS's ``--total-kv-blocks`` auto-sizing counts every TP
-    GPU's memory, TP times vLLM's per-GPU ``# GPU blocks``). ``utilization`` is the
+    utilisation, else the default), else None. Why: the pool decides preemption, and the
+    likely slip is a count of another convention (BLIS's ``--total-kv-blocks``
+    auto-sizing counts every TP GPU's memory, TP times vLLM's per-GPU ``# GPU blocks``).
+    ``utilization`` is the
     server's ``gpu_memory_utilization`` where the source records it (a TraceV2 header
     does), else vLLM's default. A GPU file without ``memory.capacity_gb`` gives no note;
     the check warns and never refuses, since a server may run at another

@@ -124,6 +124,13 @@ def check_flags(args: argparse.Namespace, *, at_least: dict[str, int] | None = N
             raise UserError(f"--{attr.replace('_', '-')} {val}: must be a finite number >= 0")
 
 
+def not_blank(value: str | None, flag: str, what: str) -> None:
+    """A flag given as "" or spaces (a shell variable left unset) is refused, naming what it
+    should name: taken as absent, it once meant the default without a word."""
+    if value is not None and not value.strip():
+        raise UserError(f"{flag}: blank; name {what}")
+
+
 def output_file(path: str | Path, flag: str) -> Path:
     """Check, before any work, that a file can be written at ``path``.
 

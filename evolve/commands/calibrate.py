@@ -35,6 +35,7 @@ from evolve.targets import (
     add_simulator_flags,
     check_flags,
     load_target,
+    not_blank,
     on_all_cores,
     output_dir,
     rule_program,
@@ -87,11 +88,9 @@ def run(args: argparse.Namespace) -> int:
     if args.kv_blocks is not None and args.gpu_memory_utilization is not None:
         raise UserError("--gpu-memory-utilization: only sizes an estimated KV pool; "
                         "--kv-blocks gives the pool itself, pass one of the two")
-    for flag, given, what in (("--model-config", args.model_config, "the config.json"),
-                              ("--name", args.name, "the model"),
-                              ("--out", args.out, "the output directory")):
-        if given is not None and not given.strip():  # "" once meant the default silently
-            raise UserError(f"{flag}: blank; name {what}")
+    not_blank(args.model_config, "--model-config", "the config.json")
+    not_blank(args.name, "--name", "the model")
+    not_blank(args.out, "--out", "the output directory")
     from evaluator.api import Evaluator, data_dir, estimate_kv_pool, unseen_scenarios
     from evolve.codegen import step_model
     from evolve.fitting import const_map

@@ -41,11 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def resolve(name: str, names: list[str]) -> str:
     """The experiment ``name`` names: exact, else the only one containing it."""
     from evolve.errors import UserError
+    from evolve.targets import not_blank
 
     if name in names:
         return name
-    if not name.strip():  # it is in every name: "ambiguous" would blame the data
-        raise UserError("EXPERIMENT: blank; name an experiment (see `evolve data`)")
+    not_blank(name, "EXPERIMENT", "an experiment (see `evolve data`)")  # not "ambiguous"
     hits = [n for n in names if name in n]
     if len(hits) == 1:
         return hits[0]

@@ -31,6 +31,7 @@ from evolve.targets import (
     add_simulator_flags,
     available_seeds,
     check_flags,
+    not_blank,
     note_roofline_kernels,
     on_all_cores,
     output_file,
@@ -146,8 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if args.head_seconds is not None and not 0 < args.head_seconds < math.inf:
         raise UserError(f"--head-seconds {args.head_seconds}: out of range, must be a finite "
                         "number > 0")
-    if args.save_constants is not None and not args.save_constants.strip():
-        raise UserError("--save-constants: blank; name the JSON file to write")
+    not_blank(args.save_constants, "--save-constants", "the JSON file to write")
     if args.save_constants:  # an unwritable path is found now, not after the fit
         output_file(args.save_constants, "--save-constants")
     program, path = load_program(args.program)

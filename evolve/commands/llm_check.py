@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from evolve.errors import EvolveError, UserError
-from evolve.operators.llm_config import LLMConfig
+from evolve.operators.llm_config import MAX_TIMEOUT_S, LLMConfig
 
 HELP = "send one tiny request to an LLM endpoint"
 
@@ -56,9 +56,9 @@ def _config(args: argparse.Namespace) -> LLMConfig:
                         ("--api-key-env", args.api_key_env)):
         if given is not None and not given.strip():  # "$VAR" unset: never the default
             raise UserError(f"{flag}: blank; pass a value or leave the flag out")
-    if args.timeout is not None and not 0 < args.timeout <= 3600:  # 1e300: a socket error
+    if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT_S:  # 1e300: socket
         raise UserError(f"--timeout {args.timeout:g}: must be a number of seconds in "
-                        "(0, 3600]")
+                        f"(0, {MAX_TIMEOUT_S}]")
     base = LLMConfig()
     if args.config:
         from evolve.config import load_config

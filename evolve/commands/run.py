@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from evolve.errors import UserError
-from evolve.targets import add_simulator_flags
+from evolve.targets import add_simulator_flags, not_blank
 
 if TYPE_CHECKING:
     from evolve.config import Config
@@ -79,9 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     """Command-line values as a config fragment (only the flags that were given)."""
     out: dict[str, dict[str, object]] = {"run": {}, "operator": {}, "llm": {}, "fit": {}}
-    for flag, what in (("data", "a data directory"), ("archive", "a file or URL")):
-        if getattr(args, flag) is not None and not getattr(args, flag).strip():
-            raise UserError(f"--{flag}: blank; name {what}")  # "" once meant the default
+    not_blank(args.data, "--data", "a data directory")
+    not_blank(args.archive, "--archive", "a file or URL")
     for flag, key in (("generations", "generations"), ("seed", "seed"), ("data", "data"),
                       ("archive", "archive"), ("head_seconds", "head_seconds"),
                       ("workers", "workers"), ("wall_time", "wall_time_s"),

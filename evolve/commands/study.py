@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
-from evolve.targets import check_flags, output_dir, output_file
+from evolve.targets import check_flags, not_blank, output_dir, output_file
 
 HELP = "independent runs (seeds in parallel) and the median [min, max] of their picks"
 METRICS = (("e2e_mean", "mean E2E"), ("ttft_mean", "mean TTFT"), ("itl_mean", "decode"),
@@ -332,8 +332,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray_address and args.executor != "ray":
         raise UserError("--ray-address: applies to --executor ray (the seeds would run as "
                         "local processes); pass --executor ray or drop the address")
-    if not args.out.strip():
-        raise UserError("--out: blank; name the study's directory")
+    not_blank(args.out, "--out", "the study's directory")
     out = output_dir(args.out, "--out")
     stamp = _check_settings(args, out)
     _reusable(args, out, stamp)

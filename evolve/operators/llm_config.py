@@ -21,6 +21,7 @@ Constrain = Literal["off", "gbnf", "vllm"]
 PromptProfile = Literal["full", "compact", "auto"]
 
 _ON_FAILURE = ("offline", "stop")
+MAX_TIMEOUT_S = 3600  # a deadline past an hour is a slip (1e300 overflowed the socket)
 _CASSETTE_MODES = ("off", "record", "replay")
 _CONSTRAIN = ("off", "gbnf", "vllm")
 _PROFILES = ("full", "compact", "auto")
@@ -127,8 +128,8 @@ class LLMConfig:
                 out.append(f"{name} must be >= 1")
         # A zero deadline would fail every call before it is sent; NaN passes every
         # comparison, so finiteness is tested first, never implied by a range check.
-        if not 0 < float(self.timeout_s) <= 3600:  # 1e300 overflowed the socket's timeout
-            out.append("timeout_s must be in (0, 3600] seconds")
+        if not 0 < float(self.timeout_s) <= MAX_TIMEOUT_S:  # 1e300 overflowed the socket
+            out.append(f"timeout_s must be in (0, {MAX_TIMEOUT_S}] seconds")
         for name in ("backoff_base_s", "backoff_cap_s", "temperature"):
             value = float(getattr(self, name))
             if not math.isfinite(value) or value < 0:
