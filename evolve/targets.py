@@ -124,6 +124,19 @@ def check_flags(args: argparse.Namespace, *, at_least: dict[str, int] | None = N
             raise UserError(f"--{attr.replace('_', '-')} {val}: must be a finite number >= 0")
 
 
+def seed_arg(text: str) -> int:
+    """argparse type of a fitting ``--seed``: an integer in [0, 2^63), the range `evolve run`
+    takes (an archive stores a seed as a 64-bit integer), so a seed that fits one command
+    fits every other; -1 was once taken by fit, generalize and calibrate alone."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not an integer") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{value}: must be an integer in [0, 2^63)")
+    return value
+
+
 def not_blank(value: str | None, flag: str, what: str) -> None:
     """A flag given as "" or spaces (a shell variable left unset) is refused, naming what it
     should name: taken as absent, it once meant the default without a word."""

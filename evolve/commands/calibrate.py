@@ -39,6 +39,7 @@ from evolve.targets import (
     on_all_cores,
     output_dir,
     rule_program,
+    seed_arg,
     simulator_options,
     write_file,
 )
@@ -68,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(constants=None)  # the calibration starts from declared values
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
     add_simulator_flags(parser)
-    parser.add_argument("--seed", type=int, default=7, help="fitting seed")
+    parser.add_argument("--seed", type=seed_arg, default=7, help="fitting seed")
     parser.add_argument("--max-evals", type=int, default=3000,
                         help="teacher-forced evaluations of the rule's fit (default: "
                         "%(default)s, as its LOMO)")
@@ -81,6 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args, at_least={"max_evals": 1}, nonnegative=("prior",))
+    if args.tp < 1:  # the server's flags are checked here too, before the data loads
+        raise UserError(f"--tp {args.tp}: must be a positive number of GPUs")
+    share = args.gpu_memory_utilization
+    if share is not None and not 0.0 < share <= 1.0:
+        raise UserError(f"--gpu-memory-utilization {share}: must be in (0, 1] (vLLM's share "
+                        "of GPU memory; 0.9 is its default)")
+    if args.kv_blocks is not None and args.kv_blocks < 1:
+        raise UserError(f"--kv-blocks {args.kv_blocks}: must be a positive number of blocks")
     # a pool no server has (1e21 once overflowed in the simulator: an internal error)
     if args.kv_blocks is not None and args.kv_blocks >= 2**31:
         raise UserError(f"--kv-blocks {args.kv_blocks}: out of range, must be below 2^31 "
@@ -108,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--name {name}: a measured model of the data; its constants are "
                         "fitted on its own runs (evolve fit / evolve run); pass another name")
     sources = [s for s in ev.scenarios if s.split != "test"]  # the test split is never read
-    kv_blocks, budget, share = args.kv_blocks, None, args.gpu_memory_utilization
+    kv_blocks, budget = args.kv_blocks, None
     if kv_blocks is None:
         extra = {} if share is None else {"utilization": share}
         budget = estimate_kv_pool(config, tp=args.tp, block_size=sources[0].server.block_size,

@@ -36,6 +36,7 @@ from evolve.targets import (
     on_all_cores,
     output_file,
     program_file,
+    seed_arg,
     simulator_options,
     write_file,
 )
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"a seed name ({', '.join(available_seeds())}) or a program file")
     parser.add_argument("--scope", choices=SCOPES, default="global",
                         help="which runs share one constant vector (default: global)")
-    parser.add_argument("--seed", type=int, default=7, help="fitting seed (default: 7)")
+    parser.add_argument("--seed", type=seed_arg, default=7, help="fitting seed (default: 7)")
     parser.add_argument("--data", metavar="DIR",
                         help="data directory (default: $EVOLVE_DATA or ../shared/data)")
     add_simulator_flags(parser)

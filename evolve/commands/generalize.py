@@ -39,6 +39,7 @@ from evolve.targets import (
     note_roofline_kernels,
     on_all_cores,
     rule_program,
+    seed_arg,
     simulator_options,
 )
 
@@ -60,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "for one global set, for a program file")
     parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
     add_simulator_flags(parser)
-    parser.add_argument("--seed", type=int, default=7, help="fitting seed")
+    parser.add_argument("--seed", type=seed_arg, default=7, help="fitting seed")
     parser.add_argument("--max-evals", type=int, default=3000,
                         help="teacher-forced evaluations per fold (default: %(default)s; at "
                         "600 CMA-ES stopped short on 10-constant programs, and the same fold "
