@@ -38,9 +38,9 @@ def data_dir(explicit: str | os.PathLike[str] | None = None,
     if not str(raw).strip():  # `--data ""` (a variable left unset) once meant the default
         who = "--data" if explicit is not None else "EVOLVE_DATA"
         raise DataError(f"{who}: blank; name a data directory")
-    path = Path(raw)
-    if not (path / "experiments").is_dir():
-        raise DataError(f"{path}: data directory not found (no experiments/ inside){hint}")
+    if not ((path := Path(raw)) / "experiments").is_dir():  # a typo, or the wrong folder
+        raise DataError(f"{path}: " + ("data directory not found" if not path.exists() else
+                        "not a data directory (no experiments/ inside)") + hint)
     return path
 
 

@@ -175,6 +175,14 @@ def test_corrupt_json_and_missing_dir(data_path, tmp_path):
         data_dir(tmp_path / "nowhere")
 
 
+def test_a_folder_that_is_not_a_data_directory_is_named_as_such(tmp_path):
+    """An existing folder without experiments/ (one level too deep, say) is not "not
+    found": the message says what is missing from it."""
+    (tmp_path / "models").mkdir()
+    with pytest.raises(DataError, match=r"not a data directory \(no experiments/ inside\)"):
+        data_dir(tmp_path)
+
+
 @pytest.mark.parametrize(("kind", "dotted", "value"), [
     ("hardware", "memory.bandwidth_tb_s", 0), ("hardware", "memory.bandwidth_tb_s", -3.35),
     ("hardware", "interconnect.nvlink_bandwidth_gb_s", 0),

@@ -161,7 +161,7 @@ def test_a_stored_run_whose_data_directory_moved(finished, tmp_path, capsys):
     con.close()
     assert main(["run", "--resume", "1", "--archive", str(finished)]) == 2
     assert (f"{finished} run 1: key 'run.data': {tmp_path / 'moved'}: data directory not "
-            "found (no experiments/ inside); pass --data DIR if it moved") in _line(capsys)
+            "found; pass --data DIR if it moved") in _line(capsys)
 
 
 def _data_without(tmp_path, data_path, drop: str):
