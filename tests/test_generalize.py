@@ -69,10 +69,10 @@ def test_generalize_text_ends_with_the_issue_count(capsys, data_path):
     held-out model got its own global set (`--unseen global`) is pointed to the rule for a
     model nobody measured."""
     prog = str(SEEDS_DIR / "kernels.py")
-    for target, extra, note in (("layered", [], False), (prog, [], False),
-                                (prog, ["--unseen", "global"], True)):
+    for target, extra, note in (("layered", ["--polish-evals", "0"], False), (prog, [], False),
+                                (prog, ["--unseen", "global", "--polish-evals", "0"], True)):
         assert main(["generalize", target, "--mode", "lomo", "--data", str(data_path),
-                     "--max-evals", "20", "--polish-evals", "0", *extra]) == 0
+                     "--max-evals", "20", *extra]) == 0
         out = capsys.readouterr().out.strip().splitlines()
         assert re.fullmatch(r"held-out normal runs within 10 % mean E2E: \d+ of 12.*",
                             out[-1])
@@ -85,9 +85,8 @@ def test_lomo_carries_a_program_to_an_unseen_model_through_the_rule(capsys, data
     fitted without that model: the reference of each fold is exactly the rule's own LOMO
     fold, and the calibrated set is a full set of the program's constants. `--unseen`
     is refused for leave-one-workload-out."""
-    common = ["--mode", "lomo", "--data", str(data_path), "--max-evals", "40",
-              "--polish-evals", "0", "--json"]
-    assert main(["generalize", "layered", *common]) == 0
+    common = ["--mode", "lomo", "--data", str(data_path), "--max-evals", "40", "--json"]
+    assert main(["generalize", "layered", *common, "--polish-evals", "0"]) == 0
     rule = json.loads(capsys.readouterr().out)
     assert rule["unseen"] == "global"  # the rule itself
     assert main(["generalize", str(SEEDS_DIR / "kernels.py"), *common]) == 0

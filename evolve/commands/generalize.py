@@ -66,10 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="teacher-forced evaluations per fold (default: %(default)s; at "
                         "600 CMA-ES stopped short on 10-constant programs, and the same fold "
                         "refitted with another --seed moved the held-out figures by 10 points)")
-    parser.add_argument("--polish-evals", type=int, default=FitSection.polish_evals,
-                        help="closed-loop simulations per constant group (0 = no polish; "
-                        "default: %(default)s, fit.polish_evals, the budget the search "
-                        "polishes its pick with)")
+    parser.add_argument("--polish-evals", type=int,
+                        help="closed-loop simulations per constant group of a refitted fold "
+                        f"(0 = no polish; default: {FitSection.polish_evals}, "
+                        "fit.polish_evals, the budget the search polishes its pick with)")
     parser.add_argument("--scope", choices=["global", "per_model", "pooled"],
                         help="constant scope of the refit (--mode lowo, or lomo with "
                         "--unseen global; default: pooled for a program "
@@ -92,8 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_flags(args, at_least={"max_evals": 1, "polish_evals": 0},
-                nonnegative=("prior", "pool"))
+    floors = {"max_evals": 1} | ({} if args.polish_evals is None else {"polish_evals": 0})
+    check_flags(args, at_least=floors, nonnegative=("prior", "pool"))
     from evaluator.api import Evaluator, e2e_response
     from evolve.fitting import const_map
 
@@ -102,10 +102,13 @@ def run(args: argparse.Namespace) -> int:
                         "--mode lowo holds out workloads of measured models")
     program, groups, label = load_target(args)
     unseen = "global" if args.mode != "lomo" or label == RULE else (args.unseen or RULE)
-    if unseen == RULE and args.scope:  # carry_to fits no scope: it was ignored
-        raise UserError(f"--scope {args.scope}: not used when the held-out model is "
-                        f"calibrated to `{RULE}` (--unseen {RULE}, the default of --mode "
-                        "lomo); pass --unseen global to refit the program at a scope")
+    for flag, given in (("--scope", args.scope), ("--polish-evals", args.polish_evals)):
+        if unseen == RULE and given is not None:  # carry_to neither scopes nor polishes
+            raise UserError(f"{flag} {given}: not used when the held-out model is "
+                            f"calibrated to `{RULE}` (--unseen {RULE}, the default of --mode "
+                            "lomo); pass --unseen global to refit the program's folds")
+    if args.polish_evals is None:
+        args.polish_evals = FitSection.polish_evals
     if args.mode == "lomo" and args.scope == "per_model":  # its runs all held out
         raise UserError("--scope per_model: --mode lomo holds out a whole model, so it gets "
                         "no fitted set of its own (its runs would be simulated at the "

@@ -330,6 +330,8 @@ def test_fit_on_data_without_train_runs_names_the_directory(tmp_path, capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["--scope", "pooled"], "--scope pooled: not used when the held-out model is calibrated "
                             "to `layered`"),  # ignored without a word
+    (["--polish-evals", "0"], "--polish-evals 0: not used when the held-out model is "
+                              "calibrated to `layered`"),  # ignored too (documented only)
     (["--unseen", "global", "--scope", "per_model"], "--scope per_model: --mode lomo holds "
                                                      "out a whole model"),  # declared values
 ])
