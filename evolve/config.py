@@ -41,6 +41,7 @@ except ImportError:  # pragma: no cover - placeholder until evolve/operators/llm
 # without them did (see Config.from_dict).
 BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1,
                                           ("fit", "transfer_weight"): 0.0}
+SEED_LIMIT = 2**63  # run seeds are in [0, SEED_LIMIT): an archive stores one as 64-bit
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
 # [llm] keys added after archives existed (issue 16): stored only when set, so a run that
@@ -304,7 +305,7 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
     """Cross-field checks that types alone do not catch."""
     fin = math.isfinite
     ranges = {  # key: (in range, the allowed range in words)
-        "run.seed": (0 <= cfg.run.seed < 2**63, "an integer in [0, 2^63)"),
+        "run.seed": (0 <= cfg.run.seed < SEED_LIMIT, "an integer in [0, 2^63)"),
         "fit.slice_seconds": (fin(cfg.fit.slice_seconds) and cfg.fit.slice_seconds > 0,
                               "a finite number > 0")}
     for key in ("run.wall_time_s", "run.head_seconds", "fit.slice_warmup_seconds",

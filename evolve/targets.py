@@ -132,9 +132,19 @@ def seed_arg(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: not an integer") from None
-    if not 0 <= value < 2**63:
+    from evolve.config import SEED_LIMIT
+
+    if not 0 <= value < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"{value}: must be an integer in [0, 2^63)")
     return value
+
+
+def no_run_for_file(run: int | None, spec: str) -> None:
+    """``--run N`` names an archive run; with a program file or seed it was ignored without
+    a word (validate, export-go, generalize, calibrate), so it is refused."""
+    if run is not None:
+        raise UserError(f"--run: applies to a program in the archive; {spec} is a program "
+                        "file or seed (its constants: --constants)")
 
 
 def not_blank(value: str | None, flag: str, what: str) -> None:
@@ -330,9 +340,7 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
             raise UserError(f"{path}: cannot read ({exc.strerror})") from None
         except ProgramError as exc:
             raise UserError(f"{path}: {exc}") from None
-        if getattr(args, "run", None) is not None:  # was ignored without a word
-            raise UserError(f"--run: applies to a program in the archive; {args.program} "
-                            "is a program file or seed (its constants: --constants)")
+        no_run_for_file(getattr(args, "run", None), args.program)
         groups = read_constants(args.constants, program) if args.constants else {}
         return program, groups, path.stem
     from evolve.archive.store import Archive

@@ -94,11 +94,9 @@ def group_infos(scope: str, groups: list[str], names: dict[str, dict[str, Any]])
 def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
     from evolve.errors import ProgramError, UserError
     from evolve.language import parse_program
-    from evolve.targets import read_constants
+    from evolve.targets import no_run_for_file, read_constants
 
-    if args.run is not None:  # was ignored without a word
-        raise UserError(f"--run: applies to a program in the archive; {args.id} is a program "
-                        "file or seed (its constants: --constants)")
+    no_run_for_file(args.run, args.id)
     try:
         prog = parse_program(Path(args.id).read_bytes())
     except ProgramError as exc:

@@ -52,10 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> LLMConfig:
-    for flag, given in (("--llm", args.llm), ("--llm-base-url", args.llm_base_url),
-                        ("--api-key-env", args.api_key_env)):
-        if given is not None and not given.strip():  # "$VAR" unset: never the default
-            raise UserError(f"{flag}: blank; pass a value or leave the flag out")
+    from evolve.targets import not_blank
+
+    not_blank(args.llm, "--llm", "the endpoint's model")  # "$VAR" unset: never the default
+    not_blank(args.llm_base_url, "--llm-base-url", "the endpoint's URL")
+    not_blank(args.api_key_env, "--api-key-env", "the variable holding the key")
     if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT_S:  # 1e300: socket
         raise UserError(f"--timeout {args.timeout:g}: must be a number of seconds in "
                         f"(0, {MAX_TIMEOUT_S}]")

@@ -323,7 +323,9 @@ def _run_seeds(args: argparse.Namespace, out: Path, ray_address: str, stamp: str
 def run(args: argparse.Namespace) -> int:
     if len(set(args.seeds)) != len(args.seeds):
         raise UserError("--seeds: each seed once")
-    bad = [s for s in args.seeds if not 0 <= s < 2**63]  # only the first is run as a check
+    from evolve.config import SEED_LIMIT
+
+    bad = [s for s in args.seeds if not 0 <= s < SEED_LIMIT]  # only the first is run as a check
     if bad:
         raise UserError(f"--seeds {bad[0]}: out of range, each seed must be an integer in "
                         "[0, 2^63) (run.seed)")
