@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     out: dict[str, dict] = {}
     fold_consts: dict[str, dict] = {}
     knees: dict[str, dict] = {}  # held-out run -> mean E2E change at step times -/+3 %
+    fits: dict[str, dict] = {}  # fold -> its fitted runs' APEs (a refitted fold only)
     for held in folds:
         train = [s.name for s in ev.scenarios if key(s) != held and s.workload != "reasoning"]
         test = [s.name for s in ev.scenarios if key(s) == held]
@@ -145,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
                                 args.max_evals, args.polish_evals, args.prior, args.pool)
             fold_consts[held] = fitted
             consts = const_map(program, fitted, ev.scenarios, scope)
+            fits[held] = _fitted_apes(ev.simulate(model, consts, names=train))
         sims = ev.simulate(model, consts, names=test)
         out[held] = {n: r.metrics.to_dict() for n, r in sims.items()}
         knees[held] = e2e_response(ev.simulate, model, consts, sims)
@@ -154,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
                    "scope": scope, "max_evals": args.max_evals,
                    "polish_evals": args.polish_evals, "folds": out, "sensitivity": knees,
                    "unseen": unseen,
-                   "constants": fold_consts,
+                   "constants": fold_consts, "fitted": fits,
                    "normal_within_10pct": {"runs": hits, "of": n_normal}}, sys.stdout,
                   indent=1, sort_keys=True)
         print()
@@ -172,6 +174,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.mode} for {label} ({how}); held-out runs, closed loop")
     print(table(["held out", "run", "E2E APE", "TTFT APE", "decode APE", "failed sim/meas",
                  "E2E at step -/+3 %", "note"], rows, right=(2, 3, 4, 5, 6)))
+    for held, apes in fits.items():
+        worst = max(apes, key=lambda n: apes[n]["e2e_mean"])
+        short = worst[16:] if worst[:8].isdigit() else worst
+        print(f"fold {held}: its {len(apes)} fitted runs closed loop, worst mean E2E "
+              f"{100 * apes[worst]['e2e_mean']:.1f} % ({short})"
+              + ("; the fold misses a run it was fitted on, so its held-out misses are "
+                 "partly a fitting failure" if apes[worst]["e2e_mean"] > 0.10 else ""))
     print(f"held-out normal runs within 10 % mean E2E: {hits} of {n_normal}"
           + ("" if args.mode == "lowo" or label == RULE or unseen == RULE else
              " (for a model nobody measured docs/selection.md calibrates a program to the "
@@ -193,6 +202,15 @@ def carry_to(program: Program, ev: Evaluator, train: list[str], test: list[str],
                    pool=args.pool)
     return record, const_map(program, {"global": record["calibrated"]},
                              [ev.by_name[n] for n in test], "global")
+
+
+def _fitted_apes(sims: dict) -> dict[str, dict[str, float]]:
+    """Each fitted run's mean E2E / TTFT / decode APE, closed loop, at the fold's
+    constants: whether the fold fits its own runs, which tells a fitting failure from a
+    generalisation one (docs/selection.md, "How `evolve generalize` fits a fold")."""
+    keys = ("e2e_mean", "ttft_mean", "itl_mean")
+    return {n: {k: float(r.metrics.ape.get(k, float("inf"))) for k in keys}
+            for n, r in sorted(sims.items())}
 
 
 def _knee(v: dict[str, float] | None) -> str:
