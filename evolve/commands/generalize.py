@@ -3,7 +3,9 @@
 For every fold, the program's constants are fitted on the runs that remain (teacher forced,
 then polished closed loop on stage slices) and the held-out runs are simulated closed loop,
 and again at step times 3 % shorter and longer: a miss on a run at its knee (mean E2E
-moving several times the step-time change) is a small step-time error.
+moving several times the step-time change) is a small step-time error. A refitted fold
+also simulates the runs it was fitted on (``fitted``): a held-out miss of a fold that
+misses its own runs is partly a fitting failure, not only a generalisation one.
 Leave-one-model-out asks what the program predicts for a model nobody measured. By default
 (``--unseen layered``, docs/selection.md's rule) the `layered` seed is fitted globally
 without the held-out model, simulates the held-out model's normal workloads, and the
