@@ -16,7 +16,8 @@ def test_each_stage_slice_is_compared_with_its_stage(capsys, data_path):
     """The ratio is the slice's measured mean TTFT (the scored window mid-stage, 840-960 s
     of the 20 req/s stage for 120 s slices) over the stage's, recomputed here from the
     requests; only Llama-2-70B `general`'s second stage, which holds a burst, is named;
-    a run with failures gets no ratio."""
+    a run the search does not slice (its mean TTFT says it queues throughout: the four
+    overloaded `reasoning` runs) gets no ratio."""
     assert main(["data", "--data", str(data_path), "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["experiments"]}
     sc = next(s for s in load_scenarios(data_path) if s.name == BURST)
@@ -28,7 +29,7 @@ def test_each_stage_slice_is_compared_with_its_stage(capsys, data_path):
     assert np.isclose(second, window / stage2, rtol=1e-12) and second > 1.5
     assert 2 / 3 <= first <= 1.5
     for name, r in rows.items():
-        if r["failed"]:
+        if "reasoning" in name:
             assert r["slice_ttft_ratio"] is None, name
         elif name != BURST:
             assert all(2 / 3 <= v <= 1.5 for v in r["slice_ttft_ratio"]), name

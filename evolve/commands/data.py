@@ -12,8 +12,8 @@ closed-loop fitness simulates, ``fit.slice_seconds`` mid-stage; defaults here): 
 measured mean TTFT over the whole stage's. Why: a slice that holds a transient (a burst of
 arrivals that queues at the sequence cap) weighs it several times its share of the stage,
 and a fit then chases it at the other runs' expense (docs/selection.md, "A fold's own
-runs"). A run with failures is not fitted on in slices, and queues through its stages, so
-it gets no ratio.
+runs"). A run whose measured mean TTFT says it queues throughout is not sliced by the
+search (``QUEUE_DOMINATED_TTFT_S``), so it gets no ratio.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from evaluator.api import data_dir, load_scenarios
     from evolve.config import FitSection
     from evolve.reporting import print_json, table
+    from evolve.search.context import QUEUE_DOMINATED_TTFT_S
 
     root = data_dir(args.data)
     rows = []
@@ -54,8 +55,10 @@ def run(args: argparse.Namespace) -> int:
             "failed_by_status": dict(failed), "format": sc.meta.get("format", "bundled"),
             "prompts": (0 if sc.prompt_id is None else len(set(sc.prompt_id.tolist()))),
             "notes": list(sc.meta.get("notes") or []),
-            "slice_ttft_ratio": (None if sc.measured.failed.any() else slice_ratios(
-                sc, FitSection.slice_seconds, FitSection.slice_warmup_seconds))})
+            "slice_ttft_ratio": (
+                None if sc.measured.summary.get("ttft_mean", float("inf"))
+                >= QUEUE_DOMINATED_TTFT_S else slice_ratios(
+                    sc, FitSection.slice_seconds, FitSection.slice_warmup_seconds))})
     if args.json:
         print_json({"data": str(root), "experiments": rows})
         return 0
