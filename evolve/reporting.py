@@ -22,6 +22,11 @@ def short(pid: str | None) -> str:
     return (pid or "-")[:ID_LEN]
 
 
+def run_label(name: str) -> str:
+    """A run's name without its timestamp prefix (``20260217-155451-``), as tables show it."""
+    return name[16:] if name[:8].isdigit() else name
+
+
 def pct(x: float | None) -> str:
     """An APE fraction as a percentage, or '-'."""
     if x is None or (isinstance(x, float) and math.isnan(x)):

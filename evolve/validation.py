@@ -32,6 +32,7 @@ from evaluator.api import (
     request_latencies,
 )
 from evolve.physics import context_price, probes_for
+from evolve.reporting import run_label
 
 TABLE_KEYS = (("e2e_mean", "E2E"), ("e2e_p90", "E2E p90"), ("e2e_p99", "E2E p99"),
               ("ttft_mean", "TTFT"), ("ttft_p90", "TTFT p90"), ("ttft_p99", "TTFT p99"),
@@ -146,7 +147,7 @@ def sensitivity_lines(val: Validation) -> list[str]:
         return []
     knee = [(n, v) for n, v in val.sensitivity.items()
             if max(abs(v["minus"]), abs(v["plus"])) > KNEE * SENSITIVITY_DELTA]
-    cells = ", ".join(f"{n[16:] if n[:8].isdigit() else n} {100 * v['minus']:+.1f}/"
+    cells = ", ".join(f"{run_label(n)} {100 * v['minus']:+.1f}/"
                       f"{100 * v['plus']:+.1f} %" for n, v in knee) or "none"
     return [f"runs at a knee (mean E2E moves over {KNEE:g}x as much as every step time, "
             f"{SENSITIVITY_DELTA:.0%} shorter/longer): {cells}"]
@@ -158,7 +159,7 @@ def envelope_lines(val: Validation) -> list[str]:
         return []
     cells = []
     for n, v in val.envelope.items():
-        short = n[16:] if n[:8].isdigit() else n
+        short = run_label(n)
         if v is None:
             cells.append(f"{short} (no training run of its model validated)")
         elif max(v.values()) > BEYOND:
@@ -186,7 +187,7 @@ def drift_lines(val: Validation) -> list[str]:
         cells = [f"{r['from_s']:.0f}-{r['to_s']:.0f}s {_ms(r['measured_ms'])}/"
                  f"{_ms(r['simulated_ms'])}" for r in rows
                  if r["measured_ms"] is not None or r["simulated_ms"] is not None]
-        short = name[16:] if name[:8].isdigit() else name
+        short = run_label(name)
         out.append(f"decode interval by admission time, {short} (ms, measured/simulated): "
                    + ", ".join(cells))
     return out
@@ -199,7 +200,7 @@ def _ms(x: float | None) -> str:
 def table_rows(metrics: Mapping[str, RunMetrics]) -> list[list[str]]:
     rows = []
     for name, m in metrics.items():
-        row = [name[16:] if name[:8].isdigit() else name, m.split]
+        row = [run_label(name), m.split]
         for key, _label in TABLE_KEYS:
             p, me, a = m.pred.get(key), m.meas.get(key), m.ape.get(key)
             row.append("-" if me is None else f"{me:.3f}")
@@ -282,7 +283,7 @@ def plot(val: Validation, out_dir: Path, title: str) -> list[Path]:
             if vals.size:
                 v = np.sort(vals)
                 ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label)
-        ax.set_title(name[16:] if name[:8].isdigit() else name, fontsize=8)
+        ax.set_title(run_label(name), fontsize=8)
         ax.set_xlabel("E2E (s)", fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[n:]:
@@ -305,7 +306,7 @@ def _knee_plot(plt: Any, val: Validation, title: str, path: Path) -> Path:
         ax.barh(y, [100 * val.sensitivity[n][key] for n in names], color=color, label=label)
     for x in (-100 * SENSITIVITY_DELTA, 100 * SENSITIVITY_DELTA):
         ax.axvline(x, color="k", ls="--", lw=1)
-    ax.set_yticks(y, [n[16:] if n[:8].isdigit() else n for n in names], fontsize=7)
+    ax.set_yticks(y, [run_label(n) for n in names], fontsize=7)
     ax.set_xlabel(f"simulated mean E2E change (%) with every step time "
                   f"{100 * SENSITIVITY_DELTA:.0f} % shorter / longer")
     ax.legend(fontsize=7)

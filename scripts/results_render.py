@@ -12,14 +12,11 @@ from typing import Any
 import numpy as np
 
 from evolve.heldout import normal_within
+from evolve.reporting import run_label as short
 
 BASELINES = ("trained-physics", "roofline", "linear")
 KEYS = (("e2e_mean", "mean E2E"), ("ttft_mean", "mean TTFT"), ("itl_mean", "decode"),
         ("e2e_p99", "p99 E2E"))
-
-
-def short(name: str) -> str:
-    return name[16:] if name[:8].isdigit() else name
 
 
 def pct(m: dict[str, Any], key: str) -> float:

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from evolve.reporting import num, pct, table
+from evolve.reporting import num, pct, run_label, table
 from evolve.targets import add_simulator_flags, on_all_cores, simulator_options
 
 HELP = "closed-loop scores of the published models on every measured run"
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for run_name, m in runs.items():
             p, me, a = m["pred"], m["meas"], m["ape"]
-            short = run_name[16:] if run_name[:8].isdigit() else run_name
+            short = run_label(run_name)
             rows.append([short, m["split"], num(me.get("e2e_mean"), 3),
                          num(p.get("e2e_mean"), 3), pct(a.get("e2e_mean")),
                          num(me.get("ttft_mean"), 4), num(p.get("ttft_mean"), 4),

@@ -13,7 +13,7 @@ measured mean TTFT over the whole stage's. Why: a slice that holds a transient (
 arrivals that queues at the sequence cap) weighs it several times its share of the stage,
 and a fit then chases it at the other runs' expense (docs/selection.md, "A fold's own
 runs"). A run whose measured mean TTFT says it queues throughout is not sliced by the
-search (``QUEUE_DOMINATED_TTFT_S``), so it gets no ratio.
+search (``evolve.search.context.sliced``), so it gets no ratio.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from evaluator.api import data_dir, load_scenarios
     from evolve.config import FitSection
     from evolve.reporting import print_json, table
-    from evolve.search.context import QUEUE_DOMINATED_TTFT_S
+    from evolve.search.context import sliced
 
     root = data_dir(args.data)
     rows = []
@@ -55,10 +55,9 @@ def run(args: argparse.Namespace) -> int:
             "failed_by_status": dict(failed), "format": sc.meta.get("format", "bundled"),
             "prompts": (0 if sc.prompt_id is None else len(set(sc.prompt_id.tolist()))),
             "notes": list(sc.meta.get("notes") or []),
-            "slice_ttft_ratio": (
-                None if sc.measured.summary.get("ttft_mean", float("inf"))
-                >= QUEUE_DOMINATED_TTFT_S else slice_ratios(
-                    sc, FitSection.slice_seconds, FitSection.slice_warmup_seconds))})
+            "slice_ttft_ratio": (slice_ratios(sc, FitSection.slice_seconds,
+                                              FitSection.slice_warmup_seconds)
+                                 if sliced(sc) else None)})
     if args.json:
         print_json({"data": str(root), "experiments": rows})
         return 0
@@ -91,17 +90,17 @@ ATYPICAL = (2.0 / 3.0, 1.5)  # slice/stage mean-TTFT ratios outside this are nam
 
 def slice_ratios(sc: Scenario, width_s: float, warmup_s: float) -> list[float | None]:
     """Per load stage: the measured mean TTFT of its fitting slice (``stage_slices``) over
-    that of every request arriving in the stage; None where either has no TTFT."""
-    import numpy as np
-
-    stage = sc.stage_of(sc.arrival_us)
+    that of every request arriving in the stage (the last one keeps late arrivals, as
+    ``stage_of`` does), both as ``Scenario.window`` aggregates them; None where either
+    has no TTFT."""
     out: list[float | None] = []
+    edge = 0.0
     for k, sl in enumerate(sc.stage_slices(width_s, warmup_s)):
-        ttft = sc.measured.ttft_s[(stage == k) & ~sc.measured.failed]
-        ttft = ttft[np.isfinite(ttft)]
+        end = edge + sc.stages[k].duration_s if k + 1 < len(sc.stages) else float("inf")
+        whole = sc.window(edge, end, keep_name=True).measured.summary.get("ttft_mean")
         part = sl.measured.summary.get("ttft_mean")
-        out.append(None if part is None or ttft.size == 0 or ttft.mean() <= 0
-                   else float(part / ttft.mean()))
+        out.append(float(part / whole) if part is not None and whole else None)
+        edge += sc.stages[k].duration_s
     return out
 
 

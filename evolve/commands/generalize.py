@@ -30,7 +30,7 @@ from evolve.config import FitSection
 from evolve.errors import UserError
 from evolve.fitting.refit import refit_fold
 from evolve.heldout import normal_within
-from evolve.reporting import table
+from evolve.reporting import run_label, table
 from evolve.targets import (
     RULE,
     add_simulator_flags,
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for held, runs in out.items():
         for name, m in runs.items():
-            short = name[16:] if name[:8].isdigit() else name
+            short = run_label(name)
             rows.append([held, short, f"{100 * m['ape'].get('e2e_mean', float('inf')):.1f}%",
                          f"{100 * m['ape'].get('ttft_mean', float('inf')):.1f}%",
                          f"{100 * m['ape'].get('itl_mean', float('inf')):.1f}%",
@@ -178,9 +178,8 @@ def run(args: argparse.Namespace) -> int:
                  "E2E at step -/+3 %", "note"], rows, right=(2, 3, 4, 5, 6)))
     for held, apes in fits.items():
         worst = max(apes, key=lambda n: apes[n]["e2e_mean"])
-        short = worst[16:] if worst[:8].isdigit() else worst
         print(f"fold {held}: its {len(apes)} fitted runs closed loop, worst mean E2E "
-              f"{100 * apes[worst]['e2e_mean']:.1f} % ({short})"
+              f"{100 * apes[worst]['e2e_mean']:.1f} % ({run_label(worst)})"
               + ("; the fold misses a run it was fitted on, so its held-out misses are "
                  "partly a fitting failure" if apes[worst]["e2e_mean"] > 0.10 else ""))
     print(f"held-out normal runs within 10 % mean E2E: {hits} of {n_normal}"

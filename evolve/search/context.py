@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluator.api import Evaluator, ProbeBatches
+from evaluator.api import Evaluator, ProbeBatches, Scenario
 from evolve.physics import probes_for
 
 
@@ -72,6 +72,12 @@ class Scored:
 QUEUE_DOMINATED_TTFT_S = 5.0
 
 
+def sliced(sc: Scenario) -> bool:
+    """Whether closed-loop fitness simulates ``sc`` in stage slices: not when its measured
+    mean TTFT (or its absence) says it queues throughout, which a slice cannot price."""
+    return bool(sc.measured.summary.get("ttft_mean", np.inf) < QUEUE_DOMINATED_TTFT_S)
+
+
 def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunContext:
     """The run context of a config: fitting knobs and, for closed-loop fitness, the slices."""
     ctx = RunContext(evaluator, dict(splits), cfg.fit.scope, cfg.fit.window_steps,
@@ -84,7 +90,7 @@ def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunC
         slices = []
         for name in sorted(splits):
             sc = evaluator.by_name[name]
-            if sc.measured.summary.get("ttft_mean", np.inf) >= QUEUE_DOMINATED_TTFT_S:
+            if not sliced(sc):
                 if splits[name] == "validate":
                     ctx.full_runs.append(name)
                 continue
