@@ -75,7 +75,7 @@ QUEUE_DOMINATED_TTFT_S = 5.0
 def sliced(sc: Scenario) -> bool:
     """Whether closed-loop fitness simulates ``sc`` in stage slices: not when its measured
     mean TTFT (or its absence) says it queues throughout, which a slice cannot price."""
-    return bool(sc.measured.summary.get("ttft_mean", np.inf) < QUEUE_DOMINATED_TTFT_S)
+    return not sc.measured.summary.get("ttft_mean", np.inf) >= QUEUE_DOMINATED_TTFT_S
 
 
 def make_context(cfg: Any, evaluator: Evaluator, splits: dict[str, str]) -> RunContext:
