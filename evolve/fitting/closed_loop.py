@@ -7,8 +7,8 @@ flight -> bigger, slower steps), so a teacher-forced optimum can be far off clos
 refitting closed loop brings CodeLlama's run from 0.18 to 0.007). Closed-loop evaluations
 cost ~0.1-0.5 s instead of ~0.2 ms, so this is a *polish* for the programs that matter
 (seeds' champion, frontier picks), started from their teacher-forced constants: one CMA-ES
-pass per group (no restarts), a wider cma ``tolfun`` and a smaller step size than the
-teacher-forced fit, on the same driver (:func:`evolve.fitting.cmaes.minimize`).
+pass per group (no restarts), a wider cma ``tolfun`` and a tenth of the teacher-forced
+fit's step size (:data:`SIGMA0`), on the same driver (:func:`evolve.fitting.cmaes.minimize`).
 
 Cost control: each training run is replaced by one slice per load stage
 (``Scenario.stage_slices``: ``width_s`` seconds mid-stage, after ``warmup_s`` seconds of
@@ -32,7 +32,17 @@ from evolve.fitting.teacher_forced import Penalised, Shrink
 from evolve.language import Program
 from evolve.physics import PhysicsPenalty
 
-SIGMA0 = 0.08  # smaller than teacher forced: the polish starts near a fitted optimum
+# CMA-ES's first step in the unit box. From a fitted child, 0.01 (about 10 % on a constant
+# boxed over four decades): closed loop, a run at its knee prices step time in a valley a
+# few per cent wide, which a teacher-forced start lands beside; at 0.08 (until 2026-12-02)
+# the samples jumped over it, and the five seed-study picks polished to training losses
+# of 0.027-0.047 where 0.01 reaches 0.020-0.027. From far off (the seeds' refits in
+# generation 0: published coefficients, or fits on batches an unfitted seed formed, often
+# overloading a slice) the wide step is what moves: at 0.01, 11 of 17 of those refits
+# ended worse, three still overloaded. Figures and the rule: docs/selection.md, "The
+# polish's step size".
+SIGMA0 = 0.01
+SEED_SIGMA0 = 0.08
 TOLERANCES = {"tolfun": 1e-6}  # cma's defaults otherwise; each evaluation is a simulation
 
 

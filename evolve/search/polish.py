@@ -16,6 +16,7 @@ from typing import Any
 
 from evolve.config import Config
 from evolve.fitting import closed_loop_fit, group_key
+from evolve.fitting.closed_loop import SIGMA0
 from evolve.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
@@ -37,13 +38,15 @@ def declared_groups(ctx: RunContext, prog: Program) -> dict[str, dict[str, float
 
 
 def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals: int,
-                 salt: int, g: int) -> Scored:
+                 salt: int, g: int, sigma0: float = SIGMA0) -> Scored:
     """``res`` or, if better, its constants refitted closed loop on the stage slices.
 
     The refit starts from the better (closed loop) of ``res`` and the program's *declared*
     constants: a seed declares published coefficients (BLIS's trained physics), which
     price long contexts well, and a teacher-forced fit on short-context batches can land
-    far from them on constants that overload a run closed loop.
+    far from them on constants that overload a run closed loop. ``sigma0``: CMA-ES's first
+    step, small from a fitted child (the default), wide for the seeds of generation 0
+    (``closed_loop.SEED_SIGMA0``).
     """
     sliced = sorted(set(ctx.slice_parent.values()) & set(ctx.train))
     if not sliced:
@@ -56,7 +59,7 @@ def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals
         return res
     fit = closed_loop_fit(prog, ctx.evaluator, sliced, ctx.scope,
                           child_seed(cfg.run.seed, g, salt), start=res.groups,
-                          max_evals=evals, width_s=cfg.fit.slice_seconds,
+                          max_evals=evals, sigma0=sigma0, width_s=cfg.fit.slice_seconds,
                           warmup_s=cfg.fit.slice_warmup_seconds,
                           pool_strength=ctx.pool_strength,
                           prior_strength=ctx.prior_strength, probes=ctx.probes)
@@ -68,9 +71,9 @@ def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals
 
 
 def refit_job(ctx: RunContext, cfg: Config, source: str, res: Scored, evals: int, salt: int,
-              g: int) -> tuple[bool, Scored]:
+              g: int, sigma0: float = SIGMA0) -> tuple[bool, Scored]:
     """:func:`closed_refit` as a pure job for the executor: (improved, outcome)."""
-    out = closed_refit(ctx, cfg, parse_program(source), res, evals, salt, g)
+    out = closed_refit(ctx, cfg, parse_program(source), res, evals, salt, g, sigma0)
     return out is not res, out
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from evolve.config import Config
 from evolve.errors import UserError
+from evolve.fitting.closed_loop import SEED_SIGMA0
 from evolve.language import Program
 from evolve.search.books import Books
 from evolve.search.context import RunContext
@@ -56,7 +57,7 @@ def generation_zero(books: Books, ctx: RunContext, cfg: Config, pool: Executor,
     first = pool.map(jobs)
     if cfg.fit.seed_polish_evals > 0:  # closed-loop refits of the seeds, in the workers
         first = [r for _improved, r in pool.apply(refit_job, [
-            (cfg, p.source, r, cfg.fit.seed_polish_evals, 20_000 + i, 0)
+            (cfg, p.source, r, cfg.fit.seed_polish_evals, 20_000 + i, 0, SEED_SIGMA0)
             for i, ((_s, p), r) in enumerate(zip(seeds, first, strict=True))])]
     rows += [books.eval_row(0, p, "seed", f"seed:{s}", r) for (s, p), r in zip(
         seeds, first, strict=True)]
