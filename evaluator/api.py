@@ -40,7 +40,7 @@ from evaluator.ingest_trace import from_tracev2
 from evaluator.kv_memory import estimate_for as estimate_kv_pool
 from evaluator.model import MAX_STEP_US, ConstMap, StepModel, step_time_problem, usable_steps
 from evaluator.prompts import prompt_period, with_prompt_cache
-from evaluator.scenarios import DataError, Scenario, data_dir
+from evaluator.scenarios import LOOPS, DataError, Scenario, data_dir
 from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
 from evaluator.sensitivity import DELTA as SENSITIVITY_DELTA
 from evaluator.sensitivity import e2e_response, scaled
@@ -55,6 +55,7 @@ __all__ = [
     "FEATURE_INDEX",
     "FEATURE_NAMES",
     "KERNEL_FEATURES",
+    "LOOPS",
     "MAX_STEP_US",
     "N_FEATURES",
     "PEAK_FLOPS",
@@ -141,13 +142,15 @@ class Evaluator:
 
     @classmethod
     def from_data(cls, data: str | None = None, names: list[str] | None = None,
-                  prompt_cache: bool = True, async_scheduling: bool = True) -> Evaluator:
+                  prompt_cache: bool = True, async_scheduling: bool = True,
+                  loop: str = "vllm") -> Evaluator:
         """The scenarios of a data directory; one with none is an error (every command
         that loads one would print an empty table and exit 0). ``prompt_cache``: simulate
         vLLM's prefix caching of whole repeated prompts (:mod:`evaluator.prompts`); off,
         only the shared system prompts are cached. ``async_scheduling``: a busy engine forms
-        each step while the previous one runs (vLLM's default since 0.14)."""
-        scenarios = load_scenarios(data, names, prompt_cache, async_scheduling)
+        each step while the previous one runs (vLLM's default since 0.14). ``loop``: the
+        engine loop simulated (``LOOPS``: vllm, or blis for BLIS's)."""
+        scenarios = load_scenarios(data, names, prompt_cache, async_scheduling, loop)
         if not scenarios:
             raise DataError(f"{data_dir(data) / 'experiments'}: no experiments (`evolve "
                             "ingest` writes them; `evolve data` lists a directory)")

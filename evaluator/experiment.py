@@ -39,6 +39,7 @@ import numpy as np
 from evaluator.kernels import KernelTables, kernel_block
 from evaluator.prompts import with_prompt_cache
 from evaluator.scenarios import (
+    LOOPS,
     SERVER_KEYS,
     DataError,
     Hardware,
@@ -233,12 +234,15 @@ def experiment_dirs(data: str | os.PathLike[str] | None = None) -> list[Path]:
 
 def load_scenarios(data: str | os.PathLike[str] | None = None,
                    names: list[str] | None = None, prompt_cache: bool = True,
-                   async_scheduling: bool = True) -> list[Scenario]:
+                   async_scheduling: bool = True, loop: str = "vllm") -> list[Scenario]:
     """Every experiment under ``<data>/experiments`` (bundled or ingested), or the named ones.
 
     ``prompt_cache``: requests that repeat a prompt hit vLLM's prefix cache for all of it
     (:func:`evaluator.prompts.with_prompt_cache`); off, only shared system prompts do.
-    ``async_scheduling``: simulate vLLM's async scheduling (``evaluator/simulator.py``)."""
+    ``async_scheduling``: simulate vLLM's async scheduling (``evaluator/simulator.py``).
+    ``loop``: the engine loop (``LOOPS``); BLIS's has no async scheduling."""
+    if loop not in LOOPS:
+        raise ValueError(f"loop {loop!r}: not one of {', '.join(LOOPS)}")
     root = data_dir(data)
     dirs = experiment_dirs(root)
     if names is not None:
@@ -259,7 +263,8 @@ def load_scenarios(data: str | os.PathLike[str] | None = None,
             sc = replace(sc, prompt_id=None)
         elif sc.prompt_id is None:
             sc = with_prompt_cache(sc)
-        out.append(replace(sc, async_scheduling=async_scheduling))
+        out.append(replace(sc, async_scheduling=async_scheduling and loop == "vllm",
+                           loop=loop))
     return out
 
 

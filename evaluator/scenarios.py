@@ -27,6 +27,9 @@ from evaluator.run_files import DataError, _get, _read_json, read_request_rows
 
 DEFAULT_DATA = Path("../shared/data")
 CLIENT_TIMEOUT_S = 300.0
+# Engine loops a scenario can be simulated in (Scenario.loop): vLLM v0.15.1's, the one the
+# measurements come from, and BLIS's at the pinned commit, the one an exported model runs in.
+LOOPS = ("vllm", "blis")
 MAX_MODEL_LEN = 4096
 DATA_GPU = "h100-sxm.json"  # every bundled run was served on it (data README)
 
@@ -200,6 +203,10 @@ class Scenario:
     prompt_id: np.ndarray | None = field(default=None, compare=False)
     # vLLM's async scheduling: a step is formed while the previous one runs (simulator.py)
     async_scheduling: bool = field(default=True, compare=False)
+    # The engine loop simulated: "vllm" (v0.15.1) or "blis" (BLIS at the pinned commit:
+    # no async scheduling, re-decode after preemption, TTFT + OutputTokenProcessingTime;
+    # evaluator/simulator.py, docs/blis.md)
+    loop: str = field(default="vllm", compare=False)
 
     @property
     def n_requests(self) -> int:

@@ -31,7 +31,7 @@ _RUN_SIG = nb.types.Tuple((
     i8a, i8a, i8a, nb.boolean[::1], i8a, i8a,  # admit, first, last, aborted, preempts, kv
     i8a, nb.int32[::1], nb.int32[::1], nb.int32[::1], nb.boolean[::1], nb.int32[::1],
 ))(STEP_FN_TYPE, f8a, f8a, f8a, f8a, i8a, i8a, i8a, i8a, i8a,
-  nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean, nb.boolean)
+  nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean, nb.boolean, nb.boolean)
 
 
 @nb.njit(cache=True)
@@ -99,7 +99,12 @@ def _count(st1, t, k, s):
 
 @nb.njit(_RUN_SIG, cache=True, nogil=True)
 def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt, order,
-         shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap):
+         shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap, blis):
+    """``overlap``: vLLM's async scheduling. ``blis``: BLIS's loop at the pinned commit
+    (docs/blis.md): a preempted request re-prefills its input and decodes every output
+    token again (its TTFT re-timed), a newly admitted request's step sees no cached prefix
+    (``ProgressIndex`` advances after ``StepTime``), steps last whole µs (at least 1)."""
+    overlap = overlap and not blis
     n = entry.shape[0]
     state = np.zeros(n, np.int64)
     computed = np.zeros(n, np.int64)
@@ -131,6 +136,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
     running = np.empty(max_seqs, np.int64)
     n_run = 0
     sched = np.empty(max_seqs, np.int64)
+    fresh = np.zeros(n, np.bool_)  # admitted this step (BLIS prices it with no cached prefix)
 
     cap = 1024
     for i in range(n):
@@ -223,6 +229,9 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                 computed[v] = 0
                 shared_used[v] = 0
                 evictable = _release(v, prompt, holds, pref, pc, plru, step, evictable)
+                if blis:  # BLIS: ProgressIndex = 0, outputs decoded again, TTFT re-timed
+                    n_out[v] = 0
+                    first[v] = -1
                 seq_len[v] = input_len[v] + n_out[v]
                 state[v] = _WAITING
                 w_head = (w_head - 1) % (n + 1)
@@ -304,7 +313,9 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                 sched[n_s] = r
                 n_s += 1
                 budget -= new
-                _count(st1, float(new), float(computed[r]), float(seq_len[r]))
+                seen = 0.0 if blis else float(computed[r])
+                fresh[r] = blis
+                _count(st1, float(new), seen, float(seq_len[r]))
 
         if n_s == 0:
             # Nothing fits (a lone request larger than the pool): wait for a change.
@@ -337,7 +348,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                 r = sched[j]
                 m_req[n_mem] = r
                 m_new[n_mem] = sched_new[r]
-                m_kv[n_mem] = computed[r]
+                m_kv[n_mem] = 0 if fresh[r] else computed[r]
                 m_pf[n_mem] = computed[r] < seq_len[r]
                 m_len[n_mem] = seq_len[r]
                 n_mem += 1
@@ -348,6 +359,8 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
         if not (d > 0.0 and d < MAX_STEP_US):
             return (step, ERR_BAD_STEP, step, n_preempt, stats, begin, end, admit, first, last,
                     aborted, pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
+        if blis:  # BLIS's clock: whole µs, at least 1 (clampToInt64, max(1, ...))
+            d = max(np.floor(d), 1.0)
         for q in range(N_STATS):
             stats[q, step] = st1[q, 0]
         begin[step] = now
@@ -360,6 +373,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
         k = 0
         for j in range(n_run):
             r = running[j]
+            fresh[r] = False
             if sched_new[r] > 0:
                 computed[r] += sched_new[r]
                 sched_new[r] = 0

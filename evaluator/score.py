@@ -7,7 +7,7 @@ wait for a batch slot) is held at the closed-loop corpus value: a queueing effec
 fixed batches cannot re-price, which is why the corpora are refreshed by closed-loop
 simulation of the champion. So, per request::
 
-    TTFT = queue + wait + S[first] - S[admit - 1]
+    TTFT = queue + wait + S[first] - S[admit - 1]       (+ output_token_us in BLIS's loop)
     E2E  = queue + wait + S[last]  - S[admit - 1] + post_decode_us + output_token_us * n_out
 
 With the program that produced the corpus this reproduces the closed loop exactly (up to
@@ -54,8 +54,15 @@ class RunMetrics:
                                               "reason")}
 
 
+def blis_loop(scenario) -> bool:
+    """Whether ``scenario`` is simulated in BLIS's engine loop (``Scenario.loop``), whose
+    clock counts whole µs and whose TTFT includes ``OutputTokenProcessingTime``."""
+    return getattr(scenario, "loop", "vllm") == "blis"
+
+
 def queue_delay(scenario, model, consts: np.ndarray) -> np.ndarray:
-    """Per-request queueing delay (µs) from the model's ``queue_fn``; zeros if none."""
+    """Per-request queueing delay (µs) from the model's ``queue_fn``; zeros if none
+    (truncated to whole µs in BLIS's loop, as BLIS's ``QueueingTime`` is)."""
     if model.queue_fn is None:
         return np.zeros(scenario.n_requests)
     r = np.vstack([scenario.input_tokens, scenario.output_tokens]).astype(np.float64)
@@ -64,16 +71,31 @@ def queue_delay(scenario, model, consts: np.ndarray) -> np.ndarray:
                             (scenario.n_requests,)).copy()
     if not np.all(np.isfinite(d)) or np.any(d < 0):
         raise ValueError("queueing_time is not finite and non-negative for every request")
-    return d
+    return np.floor(d) if blis_loop(scenario) else d
 
 
-def _extra_us(model, consts: np.ndarray, out_tokens: np.ndarray) -> np.ndarray | float:
+def _us(value: float, blis: bool) -> float:
+    """A constant in µs as the loop counts it: BLIS truncates to whole µs."""
+    return float(np.floor(value)) if blis else float(value)
+
+
+def _extra_us(model, consts: np.ndarray, out_tokens: np.ndarray,
+              blis: bool = False) -> np.ndarray | float:
+    """E2E's time past the last step: ``post_decode_us`` + ``output_token_us`` per token."""
     extra: np.ndarray | float = 0.0
     if model.post_decode_index is not None:
-        extra = extra + consts[model.post_decode_index]
+        extra = extra + _us(consts[model.post_decode_index], blis)
     if model.output_token_index is not None:
-        extra = extra + consts[model.output_token_index] * out_tokens
+        extra = extra + _us(consts[model.output_token_index], blis) * out_tokens
     return extra
+
+
+def _ttft_extra_us(model, consts: np.ndarray, blis: bool) -> float:
+    """TTFT's time past the prefill step: BLIS adds ``OutputTokenProcessingTime`` to the
+    first token as to every later one (``sim/simulator.go``); vLLM's loop adds nothing."""
+    if not blis or model.output_token_index is None:
+        return 0.0
+    return _us(consts[model.output_token_index], blis)
 
 
 def _measured(scenario) -> dict[str, float]:
@@ -125,14 +147,15 @@ def _done(corpus, scored: np.ndarray | None = None) -> np.ndarray:
 
 
 def request_latencies(corpus, end_us: np.ndarray, consts: np.ndarray, model,
-                      scored: np.ndarray | None = None
+                      scored: np.ndarray | None = None, blis: bool = False
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Closed-loop (ok mask, TTFT s, E2E s) of the (scored) requests that completed."""
+    """Closed-loop (ok mask, TTFT s, E2E s) of the (scored) requests that completed;
+    ``blis``: latencies as BLIS's loop reports them (:func:`blis_loop`)."""
     ok = _done(corpus, scored)
     arr = corpus.arrival_us[ok]
     out = corpus.output_tokens[ok]
-    ttft = (end_us[corpus.first_step[ok]] - arr) * 1e-6
-    e2e = (end_us[corpus.last_step[ok]] - arr + _extra_us(model, consts, out)) * 1e-6
+    ttft = (end_us[corpus.first_step[ok]] - arr + _ttft_extra_us(model, consts, blis)) * 1e-6
+    e2e = (end_us[corpus.last_step[ok]] - arr + _extra_us(model, consts, out, blis)) * 1e-6
     return ok, ttft, e2e
 
 
@@ -144,7 +167,8 @@ def metrics_from_times(scenario, corpus, end_us: np.ndarray, consts: np.ndarray,
     if error:
         rm.valid, rm.reason = False, error
         return rm
-    ok, ttft, e2e = request_latencies(corpus, end_us, consts, model, scenario.scored)
+    ok, ttft, e2e = request_latencies(corpus, end_us, consts, model, scenario.scored,
+                                      blis_loop(scenario))
     out = corpus.output_tokens[ok]
     aborted = corpus.aborted if scenario.scored is None else corpus.aborted & scenario.scored
     rm.n_ok, rm.n_failed = int(ok.sum()), int(aborted.sum())
@@ -198,8 +222,9 @@ def score_corpus(scenario, corpus, model, consts: np.ndarray) -> RunMetrics:
     to_first, to_last = _lifetimes(t, corpus.admit_step[ok], corpus.first_step[ok],
                                    corpus.last_step[ok])
     pre = q[ok] + corpus.wait_us[ok]
-    ttft = (pre + to_first) * 1e-6
-    e2e = (pre + to_last + _extra_us(model, consts, out)) * 1e-6
+    blis = blis_loop(scenario)
+    ttft = (pre + to_first + _ttft_extra_us(model, consts, blis)) * 1e-6
+    e2e = (pre + to_last + _extra_us(model, consts, out, blis)) * 1e-6
     aborted = corpus.aborted if scenario.scored is None else corpus.aborted & scenario.scored
     rm.n_ok, rm.n_failed = int(ok.sum()), int(aborted.sum())
     rm.pred = _aggregate(ttft, e2e, out)
@@ -227,8 +252,9 @@ def score_fit_set(scenario, fit, model, consts: np.ndarray) -> RunMetrics:
             return rm
     out = fit.output_tokens
     to_first, to_last = _lifetimes(t, fit.admit_idx, fit.first_idx, fit.last_idx)
-    ttft = (pre + to_first) * 1e-6
-    e2e = (pre + to_last + _extra_us(model, consts, out)) * 1e-6
+    blis = blis_loop(scenario)
+    ttft = (pre + to_first + _ttft_extra_us(model, consts, blis)) * 1e-6
+    e2e = (pre + to_last + _extra_us(model, consts, out, blis)) * 1e-6
     rm.pred = {"e2e_mean": float(e2e.mean()), "ttft_mean": float(ttft.mean()),
                "itl_mean": float(np.mean((e2e - ttft) / np.maximum(out - 1, 1)))}
     rm.n_ok = int(fit.req_index.size)

@@ -92,7 +92,14 @@ Simplifications (each measured or argued to be small here):
 * Output length is the load profile's ``output_len`` for every request (``ignore_eos``;
   data README trap 4), also for requests that the client later aborted.
 
-Differences from BLIS's batch formation are listed in ``docs/blis.md``.
+Differences from BLIS's batch formation are listed in ``docs/blis.md``. ``Scenario.loop =
+"blis"`` (``--loop blis``) simulates BLIS's engine loop at the pinned commit instead, the
+loop an exported model runs in: no async scheduling; a preempted request re-prefills its
+input and decodes all its output again (TTFT re-timed); a newly admitted request's step
+is priced as if nothing were cached (its ``ProgressIndex`` advances after ``StepTime``);
+steps, queueing delays and the two per-request constants count whole µs; TTFT includes
+``output_token_us`` (``evaluator/score.py``). What stays vLLM's: the prompt cache of whole
+prompts (BLIS hashes token blocks; the exported traces make the two agree, docs/blis.md).
 """
 
 from __future__ import annotations
@@ -143,7 +150,7 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
                scenario.output_tokens.astype(np.int64), scenario.prefix_group.astype(np.int64),
                _prompts(scenario), order, int(shared), sv.max_num_seqs, sv.max_batched_tokens,
                sv.block_size, sv.kv_blocks, bool(record_members),
-               bool(scenario.async_scheduling))
+               bool(scenario.async_scheduling), scenario.loop == "blis")
     (n_steps, err, err_step, n_pre, stats, begin, end, admit, first, last, aborted,
      pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len) = out
     end_us = end[:n_steps].copy()

@@ -44,6 +44,10 @@ BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1,
 SEED_LIMIT = 2**63  # run seeds are in [0, SEED_LIMIT): an archive stores one as 64-bit
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
+# run keys stored only when set off their default, so runs that do not use them store the
+# configuration (and archive digest) they stored before the key existed
+RUN_STORED_WHEN_SET: dict[str, Any] = {"loop": "vllm"}
+ENGINE_LOOPS = ("vllm", "blis")  # evaluator.api.LOOPS (tests/test_config.py keeps them equal)
 # [llm] keys added after archives existed (issue 16): stored only when set, so a run that
 # does not use them stores the same configuration (and archive digest) as before.
 LLM_STORED_WHEN_SET: dict[str, Any] = {"constrain": "off", "prompt_profile": "auto",
@@ -74,6 +78,11 @@ class RunSection:
                                   "one begins, so a request arriving meanwhile waits a step "
                                   "longer (evaluator/simulator.py); false = form each step "
                                   "when the previous one ends")
+    loop: str = _doc(
+        "vllm", "engine loop the constants are fitted in: vllm (v0.15.1, where the runs were "
+        "measured) | blis (BLIS at the pinned commit, where an exported model runs: no async "
+        "scheduling, TTFT + output_token_us, re-decode after preemption; docs/blis.md)",
+        choices=ENGINE_LOOPS)
     archive: str = _doc("archive.db", "archive: SQLite file path or SQLAlchemy URL, e.g. "
                         "postgresql://user@host/db (not stored with the run)")
     seeds_dir: str = _doc("", "directory of seed programs *.py; empty = the project's seeds/")
@@ -204,6 +213,9 @@ class Config:
         d = self.to_dict()
         for key in NOT_STORED:
             del d["run"][key]
+        for key, default in RUN_STORED_WHEN_SET.items():
+            if d["run"].get(key) == default:
+                del d["run"][key]
         for key, default in LLM_STORED_WHEN_SET.items():
             if d["llm"].get(key) == default:
                 del d["llm"][key]

@@ -41,8 +41,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="another model name (BLIS hw.Model) for a constant group; "
                              "repeatable")
     parser.add_argument("--data", metavar="DIR",
-                        help="data directory for model names (default: $EVOLVE_DATA or "
-                             "../shared/data, skipped if absent; a --data DIR must exist)")
+                        help="data directory for model names, the refit and the accuracy "
+                             "table (default: $EVOLVE_DATA or ../shared/data; without data "
+                             "only --no-refit exports)")
+    parser.add_argument("--loop", choices=("blis", "vllm"), default="blis",
+                        help="engine loop the Go model will run in: blis (BLIS at the pinned "
+                             "commit, the default) or vllm (a BLIS with vLLM's async "
+                             "scheduling); constants fitted in the other loop are refitted")
+    parser.add_argument("--no-refit", action="store_true",
+                        help="export the constants as they are (the accuracy table is still "
+                             "computed in --loop's loop when data is there)")
+    parser.add_argument("--fitted-loop", choices=("vllm", "blis"),
+                        help="program-file mode: the loop --constants were fitted in "
+                             "(default: vllm, `evolve fit`'s default)")
+    parser.add_argument("--refit-evals", type=int, metavar="N",
+                        help="closed-loop simulations per constant group in the refit "
+                             "(default: the run's fit.polish_evals, 150)")
 
 
 def model_names(data: str | None) -> dict[str, dict[str, Any]]:
@@ -91,12 +105,20 @@ def group_infos(scope: str, groups: list[str], names: dict[str, dict[str, Any]])
     return out
 
 
-def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
+Source = tuple[Any, dict, str, dict[str, Any], dict[str, Any] | None, str | None]
+
+
+def _from_file(args: argparse.Namespace) -> Source:
+    """A program file: (program, constants, scope, header lines, stored config, the loop
+    the constants were fitted in; None for the declared values)."""
     from evolve.errors import ProgramError, UserError
     from evolve.language import parse_program
     from evolve.targets import no_run_for_file, read_constants
 
     no_run_for_file(args.run, args.id)
+    if args.fitted_loop is not None and not args.constants:
+        raise UserError("--fitted-loop: says where --constants were fitted; without "
+                        "--constants the program's declared values are exported")
     try:
         prog = parse_program(Path(args.id).read_bytes())
     except ProgramError as exc:
@@ -110,7 +132,8 @@ def _from_file(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]
     scope = args.scope or ("global" if list(consts) == ["global"] else
                            "pooled" if "global" in consts else "per_model")
     meta["Source file"] = Path(args.id).name
-    return prog, consts, scope, meta
+    fitted = (args.fitted_loop or "vllm") if args.constants else None
+    return prog, consts, scope, meta, None, fitted
 
 
 _MODES = {"closed_loop_slice": "closed loop", "closed_loop": "closed loop",
@@ -139,12 +162,14 @@ def _summary(metrics: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, Any]]:
+def _from_archive(args: argparse.Namespace) -> Source:
+    """An archived program: its latest accepted constants, the run's config and loop."""
     from evolve.archive import Archive
     from evolve.errors import ArchiveError, UserError
     from evolve.targets import parse_stored
 
-    for flag, value in (("--constants", args.constants), ("--scope", args.scope)):
+    for flag, value in (("--constants", args.constants), ("--scope", args.scope),
+                        ("--fitted-loop", args.fitted_loop)):
         if value is not None:
             raise UserError(f"{flag}: applies to a program file; {args.id} is read from the "
                             "archive with its own fitted constants and scope")
@@ -170,7 +195,9 @@ def _from_archive(args: argparse.Namespace) -> tuple[Any, dict, str, dict[str, A
                      f"{ev.corpus_version}",
         "Train loss": ev.loss, "Complexity": ev.complexity,
         **_summary(ev.metrics)}
-    return prog, dict(ev.constants or {}), scope, meta
+    stored = dict(run.config or {})
+    fitted = str((stored.get("run") or {}).get("loop", "vllm"))
+    return prog, dict(ev.constants or {}), scope, meta, stored, fitted
 
 
 def _select(consts: dict, scope: str, infos: dict, name: str) -> dict:
@@ -220,8 +247,21 @@ def run(args: argparse.Namespace) -> int:
         args.id = str(path)
     else:
         check_id_spec(args.id, args.archive)
+    if args.refit_evals is not None and args.refit_evals < 0:
+        raise UserError(f"--refit-evals {args.refit_evals}: must be an integer >= 0")
     source = _from_file if path is not None else _from_archive
-    prog, consts, scope, meta = source(args)
+    prog, consts, scope, meta, stored, fitted = source(args)
+    exp = _for_loop(args, prog, consts, scope, stored, fitted)
+    notes: list[str] = []
+    if exp is not None:
+        consts = exp.groups
+        meta["Engine loop"] = f"{exp.loop}: {exp.note}"
+        notes = _accuracy(exp)
+        print(f"constants: {exp.note}", file=sys.stderr)
+        print("\n".join(notes), file=sys.stderr)
+    else:
+        meta["Engine loop"] = (f"{fitted or 'none'} (the loop the constants were fitted in; "
+                               "no data directory to check them in BLIS's)")
     infos = group_infos(scope, sorted(consts), model_names(args.data))
     for item in args.alias:
         group, sep, name = item.partition("=")
@@ -236,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
                         f"({', '.join(sorted(consts))})")
     kernels = _kernels(prog, args.data, infos)
     try:
-        text = export_go(prog, consts, scope, infos, meta, kernels)
+        text = export_go(prog, consts, scope, infos, meta, kernels, notes)
     except ExportError as exc:
         raise UserError(f"{args.id}: {exc}") from None
     if args.output:
@@ -250,3 +290,38 @@ def run(args: argparse.Namespace) -> int:
               "not chosen for; for a model nobody measured export the `layered` rule "
               "(docs/selection.md, 'A model nobody measured')", file=sys.stderr)
     return 0
+
+
+def _for_loop(args: argparse.Namespace, prog: Any, consts: dict, scope: str,
+              stored: dict[str, Any] | None, fitted: str | None) -> Any:
+    """The constants for ``--loop`` and their accuracy there; None without data when
+    nothing needs refitting (an export then works offline, as before)."""
+    from evaluator.api import DataError, data_dir
+    from evolve.errors import UserError
+    from evolve.export.for_loop import fitting_config, for_loop
+
+    needs_refit = not args.no_refit and fitted is not None and fitted != args.loop
+    try:
+        data_dir(args.data)
+    except DataError as exc:
+        if needs_refit or args.data is not None:
+            raise UserError(f"{exc}; the constants were fitted in {fitted}'s loop and are "
+                            f"refitted for {args.loop}'s against the measured runs (or pass "
+                            "--no-refit)") from None
+        return None
+    print(f"{'refitting constants for' if needs_refit else 'scoring in'} {args.loop}'s "
+          "engine loop (closed loop, every measured run)...", file=sys.stderr)
+    cfg = fitting_config(stored)
+    return for_loop(prog, consts, scope, fitted, args.loop, cfg, args.data,
+                    refit=not args.no_refit, evals=args.refit_evals,
+                    log=lambda m: print(f"  {m}", file=sys.stderr))
+
+
+def _accuracy(exp: Any) -> list[str]:
+    """The per-run table of the accuracy to expect in the target loop, as lines."""
+    from evolve.export.for_loop import ACCURACY_HEADERS, accuracy_rows
+    from evolve.reporting import LOOP_NAMES, table
+
+    head = (f"Expected accuracy in {LOOP_NAMES[exp.loop]} (evolve's replica, closed loop, "
+            "against the measured runs; err = simulated / measured - 1; times in s):")
+    return [head, *table(ACCURACY_HEADERS, accuracy_rows(exp), right=range(2, 8)).splitlines()]

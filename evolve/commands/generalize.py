@@ -37,7 +37,7 @@ from evolve.targets import (
     check_flags,
     check_groups,
     infer_scope,
-    load_target,
+    load_fitted,
     note_roofline_kernels,
     on_all_cores,
     rule_program,
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.unseen and args.mode != "lomo":
         raise UserError("--unseen: applies to --mode lomo (a held-out model); "
                         "--mode lowo holds out workloads of measured models")
-    program, groups, label = load_target(args)
+    program, groups, label, fitted_loop = load_fitted(args)
     unseen = "global" if args.mode != "lomo" or label == RULE else (args.unseen or RULE)
     for flag, given in (("--scope", args.scope), ("--polish-evals", args.polish_evals)):
         if unseen == RULE and given is not None:  # carry_to neither scopes nor polishes
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--scope per_model: --mode lomo holds out a whole model, so it gets "
                         "no fitted set of its own (its runs would be simulated at the "
                         "declared values); pass --scope global or pooled")
-    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args)))
+    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args, fitted_loop)))
     note_roofline_kernels(program, ev.scenarios)
     if args.constants:
         check_groups(groups, ev.scenarios, f"--constants {args.constants}")

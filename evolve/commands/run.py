@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wall-time", type=float, metavar="S",
                         help="stop cleanly after the first complete generation past S seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_simulator_flags(parser)  # as config keys: run.prompt_cache, run.async_scheduling
+    add_simulator_flags(parser)  # config keys run.prompt_cache, run.async_scheduling, run.loop
     parser.add_argument("--transfer", type=float, metavar="W",
                         help="price transfer to models the constants never saw in the search "
                         "loss with weight W (fit.transfer_weight; docs/selection.md)")
@@ -95,6 +95,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
         out["run"]["prompt_cache"] = False
     if args.no_async_scheduling:
         out["run"]["async_scheduling"] = False
+    if args.loop is not None:
+        out["run"]["loop"] = args.loop
     if args.force_workers:
         out["run"]["force_workers"] = True
     if args.ray_address and args.executor is None:  # an address means Ray
@@ -105,7 +107,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
         out["operator"]["kind"] = "llm"
         out["llm"]["model"] = args.llm
     if args.llm_base_url:
-        out["llm"]["base_url"] = args.llm_base_url
+        out["llm"]["base_url"] = _endpoint_url(args.llm_base_url)
     if args.llm_gguf:
         out["llm"]["gguf"] = args.llm_gguf
     if args.constrain:
@@ -132,6 +134,7 @@ RESUMABLE = {"run": {"generations", "data", "archive", "workers", "wall_time_s",
 def run(args: argparse.Namespace) -> int:
     from evolve.config import Config, apply_dict, load_config, validate
     from evolve.config_toml import to_toml
+    from evolve.untrusted import mask_secrets
 
     over = _overrides(args)
     if args.break_lock and args.resume is None:
@@ -142,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         _local_defaults(cfg)
         validate(cfg, "command line")
         if args.print_config:
-            sys.stdout.write(to_toml(cfg))
+            sys.stdout.write(mask_secrets(to_toml(cfg)))
             return 0
         _check_data(cfg, over, args.config)
         return _execute(cfg, None, args.report)
@@ -163,15 +166,40 @@ def run(args: argparse.Namespace) -> int:
                      and stored.get(section, {}).get(k) != v)
         if bad:
             raise UserError(f"--resume: cannot change {section}.{bad[0]} of a stored run")
+    _masked_endpoint(stored, over, args.resume)
     cfg = Config.from_dict(stored, f"{path} run {args.resume}")
     cfg.run.archive = str(path)
     apply_dict(cfg, over, "command line")
     validate(cfg, "command line")
     if args.print_config:
-        sys.stdout.write(to_toml(cfg))
+        sys.stdout.write(mask_secrets(to_toml(cfg)))
         return 0
     _check_data(cfg, over, f"{path} run {args.resume}", "; pass --data DIR if it moved")
     return _execute(cfg, args.resume, args.report, args.break_lock)
+
+
+def _endpoint_url(url: str) -> str:
+    """``--llm-base-url`` without ``user:password@``, which evolve neither stores nor sends
+    (an HTTP client sends it as Basic auth in place of the key; docs/llm.md), said once."""
+    from evolve.untrusted import has_userinfo, strip_userinfo
+
+    if has_userinfo(url):
+        print("note: --llm-base-url: the user:password@ part is dropped, never stored or sent; "
+              "put the key in the variable llm.api_key_env names (default OPENAI_API_KEY)",
+              file=sys.stderr)
+    return strip_userinfo(url)
+
+
+def _masked_endpoint(stored: dict[str, Any], over: dict[str, dict[str, Any]],
+                     run_id: int) -> None:
+    """A run stores its endpoint's URL with secrets masked (``evolve.untrusted``); resuming
+    it against that endpoint needs the URL again, else every request would carry ``***``."""
+    llm = stored.get("llm") or {}
+    if ((stored.get("operator") or {}).get("kind") == "llm" and "***" in str(
+            llm.get("base_url", "")) and "base_url" not in over.get("llm", {})
+            and llm.get("cassette_mode") != "replay" and llm.get("model") != LOCAL):
+        raise UserError(f"--resume {run_id}: the run's stored llm.base_url has its secrets "
+                        "masked; pass the endpoint again with --llm-base-url URL")
 
 
 def _check_data(cfg: Config, over: dict[str, dict[str, Any]], source: str | None,
@@ -225,6 +253,11 @@ def _execute(cfg: Config, resume: int | None, report: str | None = None,
 
     data_dir(cfg.run.data or None)  # fail on a missing data directory before touching files
     if report:  # an unwritable report or cassette is found now, not after the search
+        from pathlib import Path
+
+        from evolve.report import outdir
+
+        outdir.check(Path(report))  # a folder of someone's files: refused, not overwritten
         output_dir(report, "--report")
     if cfg.llm.cassette and cfg.llm.cassette_mode == "record":
         output_file(cfg.llm.cassette, "--cassette")

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 from evolve.codegen import step_model
-from evolve.reporting import table
+from evolve.reporting import LOOP_NAMES, table
 from evolve.targets import (
     add_simulator_flags,
     infer_scope,
-    load_target,
+    load_fitted,
     note_roofline_kernels,
     on_all_cores,
     output_dir,
@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
     args.out = args.out or "runs/validate"
     if not args.no_plots:  # an unwritable --out is found now, not after the simulations
         output_dir(args.out, "--out")
-    program, groups, label = load_target(args)
-    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args)))
+    program, groups, label, fitted_loop = load_fitted(args)
+    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args, fitted_loop)))
     note_roofline_kernels(program, ev.scenarios)
     names = ev.names(None if args.split == "all" else args.split)
     if not names:  # validate() reads no names as "every run"
@@ -84,13 +84,14 @@ def run(args: argparse.Namespace) -> int:
     natural = infer_scope(groups, ev.scenarios) if groups else "global"
     simulated = groups if scope == natural else {"groups": groups, "scope": scope}
     consts = const_map(program, groups, ev.scenarios, scope)
-    print(f"validating {label} (scope {scope}) closed loop on {len(names)} runs...",
-          file=sys.stderr)
+    loop = ev.scenarios[0].loop
+    print(f"validating {label} (scope {scope}) closed loop on {len(names)} runs, in "
+          f"{LOOP_NAMES[loop]}...", file=sys.stderr)
     val = validate(ev, step_model(program), consts, names,
                    progress=lambda n: print(f"  simulated {n}", file=sys.stderr))
     if args.json:
         out = {n: m.to_dict() for n, m in val.metrics.items()}
-        json.dump({"program": program.id, "scope": scope, "runs": out,
+        json.dump({"program": program.id, "scope": scope, "loop": loop, "runs": out,
                    "admission_drift": val.drift, "context_price": val.context_price,
                    "sensitivity": val.sensitivity, "envelope": val.envelope},
                   sys.stdout, indent=1, sort_keys=True)
@@ -98,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"program {program.id[:12]} (complexity {program.complexity}, scope {scope}); "
               "closed loop; times in s; decode interval = (E2E - TTFT) / (output tokens - 1)")
+        if loop == "blis":
+            print("engine loop: BLIS's at the pinned commit (what the exported model gives "
+                  "inside BLIS; TTFT includes output_token_us, as BLIS's does)")
         print(table(table_headers(), table_rows(val.metrics), right=range(2, 24)))
         for line in [*summary_lines(val.metrics), *drift_lines(val), *context_lines(val),
                      *sensitivity_lines(val), *envelope_lines(val)]:

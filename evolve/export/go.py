@@ -112,11 +112,13 @@ def _comment_block(lines: list[str]) -> list[str]:
 
 
 def _header(prog: Any, scope: str, groups: Sequence[str], meta: Mapping[str, Any],
-            prefix: str) -> list[str]:
+            prefix: str, notes: Sequence[str] = ()) -> list[str]:
     info = [f"{prefix}Model: a step-time model for BLIS ({BLIS_REPO}) exported by"
             " evolve export-go.", "",
             f"Program: {prog.id}"]
     info += [_one_line(f"{k}: {_fmt_meta(v)}") for k, v in sorted(meta.items())]
+    if notes:
+        info += ["", *("".join(c if c.isprintable() else " " for c in n) for n in notes), ""]
     info += [_one_line(f"Constant scope: {scope} ({', '.join(groups)})"),
              f"Pinned BLIS commit: {BLIS_COMMIT}",
              "Install: copy into sim/latency/ and register the backend (evolve docs/blis.md).",
@@ -208,15 +210,16 @@ def _special(name: str, fields: dict[str, str], low: str, what: str) -> tuple[st
 def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]],
               scope: str = "global", scenario_info: Mapping[str, GroupInfo] | None = None,
               meta: Mapping[str, Any] | None = None,
-              kernels: Mapping[str, tuple[Sequence[str], Sequence[float]]] | None = None
-              ) -> str:
+              kernels: Mapping[str, tuple[Sequence[str], Sequence[float]]] | None = None,
+              notes: Sequence[str] = ()) -> str:
     """Go source (gofmt-clean, ``package latency``) of ``program`` for BLIS.
 
     ``program``: an ``evolve.language.Program`` (or its source text). ``constants_by_group``:
     ``{group: {constant: value}}`` as fitted (``"global"`` for global scope, the model short
     name per model, the scenario name per scenario); every declared constant needs a value.
     ``scenario_info``: per group, the model names BLIS may use (:class:`GroupInfo`); a group
-    without one answers to its own name. ``meta``: lines for the header (run id, scores).
+    without one answers to its own name. ``meta``: lines for the header (run id, scores);
+    ``notes``: lines shown as they are below them (the accuracy table of ``export-go``).
     ``kernels``: per model, (BLIS names, packed measured kernel curves) to embed
     (:func:`kernels_from_scenarios`); a model without them gets the roofline fallback.
     """
@@ -278,7 +281,7 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
     imports = ['\t"fmt"', '\t"math"', *(['\t"strings"'] if uses_strings else []), "",
                f'\t"{BLIS_REPO}/sim"']
     parts: list[str] = [
-        *_header(prog, scope, sorted(constants_by_group), meta or {}, prefix), "",
+        *_header(prog, scope, sorted(constants_by_group), meta or {}, prefix, notes), "",
         "package latency", "", "import (", *imports, ")",
         fill(MODEL_DECL).rstrip("\n"), "", *lookup, "", *kernel_lines,
         fill(METHODS).rstrip("\n"), fill(KERNEL_FUNCS).rstrip("\n"), "",

@@ -12,7 +12,9 @@ seeding, and differ only in what one evaluation costs:
 * :mod:`~evolve.fitting.closed_loop`: the simulation-backed loss on stage slices and
   :func:`closed_loop_fit`, the polish for the programs that matter;
 * :mod:`~evolve.fitting.calibrate`: constants for a model nobody measured, fitted to a
-  reference program's predictions rather than to measurements.
+  reference program's predictions rather than to measurements;
+* :mod:`~evolve.fitting.loop_refit`: constants refitted for the engine loop an exported
+  model runs in (BLIS's), closed loop against the measured runs.
 """
 
 from __future__ import annotations

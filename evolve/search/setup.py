@@ -39,7 +39,7 @@ def load_evaluator(cfg: Config) -> Evaluator:
                             f"{root / 'experiments'}")
     ev = Evaluator.from_data(cfg.run.data or None, list(cfg.run.scenarios) or None,
                              prompt_cache=cfg.run.prompt_cache,
-                             async_scheduling=cfg.run.async_scheduling)
+                             async_scheduling=cfg.run.async_scheduling, loop=cfg.run.loop)
     if cfg.run.head_seconds > 0:
         ev = Evaluator([s.head(cfg.run.head_seconds) for s in ev.scenarios])
     return ev
