@@ -12,7 +12,11 @@ Errors are handled here, once, for every command (so a new command cannot forget
 * anything else is a bug: one line naming the file the full traceback was written to,
   exit code 1 (a user should never have to read a traceback, but a maintainer needs one);
 * a reader that leaves early (``| head``) ends quietly (141); Ctrl-C outside a run is 130,
-  also when it lands inside compiled code (numba reports it as a ``SystemError``).
+  also when it lands inside compiled code (numba reports it as a ``SystemError``);
+* every line printed here and every traceback file has the secrets of its URLs masked
+  (``evolve.untrusted.mask_secrets``: a database or endpoint URL's password, in any form)
+  and its control characters shown escaped (a message may quote a value from an archive
+  or a data file; a terminal must not obey it).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import sys
 import tempfile
 import traceback
+from typing import NoReturn
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -63,6 +68,14 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its error line (which quotes what was typed) shown as :func:`_shown`."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, _shown(f"{self.prog}: error: {message}") + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
@@ -75,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"evolve {name}", description=COMMANDS[name][1])
+    parser = _Parser(prog=f"evolve {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
     try:
@@ -96,12 +109,20 @@ def main(argv: list[str] | None = None) -> int:
             return stop_code
         line = expected_error(exc, getattr(args, "archive", None))
         if line is not None:
-            print(f"evolve {name}: error: {line}", file=sys.stderr)
+            print(_shown(f"evolve {name}: error: {line}"), file=sys.stderr)
             return 2
         where = write_traceback(name, argv, exc)
-        print(f"evolve {name}: internal error: {type(exc).__name__}: {_first_line(exc)} "
-              f"(a bug; full traceback in {where})", file=sys.stderr)
+        print(_shown(f"evolve {name}: internal error: {type(exc).__name__}: "
+                     f"{_first_line(exc)} (a bug; full traceback in {where})"),
+              file=sys.stderr)
         return 1
+
+
+def _shown(line: str) -> str:
+    """A line for the terminal: URL secrets masked, control characters escaped."""
+    from evolve.untrusted import mask_secrets, printable
+
+    return printable(mask_secrets(line))
 
 
 def expected_error(exc: BaseException, archive: object = None) -> str | None:
@@ -154,10 +175,14 @@ def _interrupted(exc: BaseException) -> int | None:
 
 
 def write_traceback(name: str, argv: list[str], exc: BaseException) -> str:
-    """Write the full traceback of an unexpected error to a file; returns its path."""
+    """Write the full traceback of an unexpected error to a file; returns its path. The
+    command line and the traceback have their URLs' secrets masked (a crash file is what
+    a user attaches to a bug report)."""
+    from evolve.untrusted import mask_secrets
+
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    text = (f"evolve {' '.join(argv)}\n{stamp} pid {os.getpid()}\n\n"
-            + "".join(traceback.format_exception(exc)))
+    text = mask_secrets(f"evolve {' '.join(argv)}\n{stamp} pid {os.getpid()}\n\n"
+                        + "".join(traceback.format_exception(exc)))
     try:
         fd, path = tempfile.mkstemp(prefix=f"evolve-{name}-{stamp}-", suffix=".txt")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

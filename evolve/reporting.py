@@ -88,8 +88,12 @@ def split_modes(metrics_list: Sequence[Mapping[str, Mapping[str, Any]] | None]
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
           right: Sequence[int] = ()) -> str:
-    """A plain aligned text table; columns whose index is in ``right`` align right."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    """A plain aligned text table; columns whose index is in ``right`` align right. Cells
+    are shown ``printable`` (a run status or operator name read from an archive may hold
+    a terminal escape: it is shown, never sent)."""
+    from evolve.untrusted import printable
+
+    cells = [[printable(h) for h in headers]] + [[printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(r: list[str]) -> str:

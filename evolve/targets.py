@@ -96,12 +96,15 @@ def check_id_spec(spec: str, archive: str) -> None:
 
 
 def parse_stored(source: str, program_id: str, where: str) -> Program:
-    """An archived program's stored source, checked again: a source that no longer passes
-    the checker (the language changed, or the archive was edited) is one line naming the
-    program, never a raw rejection."""
+    """An archived program's stored source, checked again: a source that does not hash to
+    its id (the archive was edited: it must not be exported, validated or replayed as that
+    program) or no longer passes the checker (the language changed) is one line naming
+    the program, never a raw rejection."""
+    from evolve.archive.ids import check_source
     from evolve.errors import ProgramError
     from evolve.language import parse_program
 
+    check_source(program_id, source, where)
     try:
         return parse_program(source)
     except ProgramError as exc:

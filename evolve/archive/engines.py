@@ -18,8 +18,10 @@ wants one archive that several people and runs write to, on a server they alread
 * schema creation on a server is serialised with an advisory lock, so runs that open a
   fresh database at once do not race to create the tables.
 
-Passwords never appear in messages (:attr:`Location.label`), and the archive location is
-not stored with a run's configuration.
+Passwords never appear in messages (:attr:`Location.label`: ``user:***@``, and ``***`` for
+``password=``, ``sslpassword=`` and every other secret parameter, ``evolve.untrusted``),
+and the archive location is not stored with a run's configuration. An address that does
+not parse (a port that is no number, or out of range) is one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from sqlalchemy.types import TypeDecorator
 
 from evolve.archive.models import Base
 from evolve.errors import ArchiveError
+from evolve.untrusted import mask_secrets
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SCHEMA_LOCK_KEY = 0x65766F6C7665  # "evolve": the advisory lock around schema creation
@@ -68,11 +71,15 @@ def locate(spec: str | Path) -> Location:
         return Location(make_url(f"sqlite:///{path}"), str(path), path)
     try:
         url = make_url(str(spec))
-    except ArgumentError as exc:
-        raise ArchiveError(f"{spec}: not an archive path or URL ({exc})") from None
+        port = url.port
+    except (ArgumentError, ValueError, TypeError) as exc:  # ValueError: port 'abc'
+        raise ArchiveError(mask_secrets(f"{spec}: not an archive path or URL ({exc})")) from None
+    if port is not None and not 0 < port < 65536:
+        raise ArchiveError(mask_secrets(f"{spec}: not an archive URL (port {port} is not in "
+                                        "1..65535)"))
     if url.drivername in DRIVERS:
         url = url.set(drivername=DRIVERS[url.drivername])
-    label = url.render_as_string(hide_password=True)
+    label = mask_secrets(url.render_as_string(hide_password=True))
     if url.get_backend_name() == "sqlite":
         return Location(url, url.database or ":memory:",
                         Path(url.database) if url.database and url.database != ":memory:"
@@ -101,15 +108,16 @@ def open_engine(spec: str | Path, create: bool) -> tuple[Engine, str | Path]:
     except ModuleNotFoundError as exc:
         raise ArchiveError(f"{loc.label}: the database driver {exc.name!r} is not installed "
                            "(PostgreSQL: pip install -e '.[postgres]')") from None
-    except (ArgumentError, SQLAlchemyError) as exc:
-        raise ArchiveError(f"{loc.label}: {first_line(exc)}") from None
+    except (ArgumentError, SQLAlchemyError, ValueError, TypeError) as exc:
+        raise ArchiveError(f"{loc.label}: {mask_secrets(first_line(exc))}") from None
     event.listen(engine, "before_cursor_execute", _portable_params, retval=True)
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
     except SQLAlchemyError as exc:
         engine.dispose()
-        raise ArchiveError(f"{loc.label}: cannot connect ({first_line(exc)})") from None
+        raise ArchiveError(f"{loc.label}: cannot connect ({mask_secrets(first_line(exc))})"
+                           ) from None
     if not create and "schema_version" not in tables:
         engine.dispose()
         raise ArchiveError(f"{loc.label}: archive not found (no evolve tables there)")

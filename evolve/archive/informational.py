@@ -17,7 +17,8 @@ INFORMATIONAL: dict[str, frozenset[str]] = {
     "llm_calls": frozenset({"latency_s", "cached", "cost_usd"}),
 }
 # The same for keys of the stored run config: where the replies came from and how the
-# transport retried; the model, sampling, prompts and budgets stay compared. And where the
+# transport retried or bounded them (the reply cap: no program comes near it); the model,
+# sampling, prompts and budgets stay compared. And where the
 # data and seed files were read from: a path names a place on one machine, not what was
 # read; what was read is in the archive itself (the seeds' programs, content-hashed, and
 # the corpora simulated from the data, `corpus_versions`), so the same search over the same
@@ -25,7 +26,8 @@ INFORMATIONAL: dict[str, frozenset[str]] = {
 INFORMATIONAL_CONFIG: dict[str, frozenset[str]] = {
     "run": frozenset({"data", "seeds_dir"}),
     "llm": frozenset({"base_url", "api_key_env", "timeout_s", "retries", "backoff_base_s",
-                      "backoff_cap_s", "concurrency", "cassette", "cassette_mode"}),
+                      "backoff_cap_s", "concurrency", "cassette", "cassette_mode",
+                      "max_reply_bytes"}),
 }
 
 

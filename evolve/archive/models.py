@@ -9,6 +9,10 @@ Design choices, and why:
   stored text is a pure function of the value.
 * Programs are keyed per run (``run_id, id``): lineage (parents, operator, generation) is a
   property of the run that found the program; the source is the same everywhere.
+* Program ids are untrusted on read: every id column is a :class:`ProgramId` (and
+  ``programs.parent_ids`` a checked list), which calls ``evolve.archive.ids.checked_id``,
+  so no reader meets an id that is not 64 hex digits (it would become a file name and an
+  HTML attribute in the report).
 * Wall-clock columns (``created_at``, ``finished_at``, ``latency_s``) and ``code_version``
   are informational; nothing reads them to decide anything.
 """
@@ -24,6 +28,7 @@ from sqlalchemy import BigInteger, Float, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from evolve.archive.ids import checked_id, checked_ids
 from evolve.canonical import canonical_json
 from evolve.errors import ArchiveError
 
@@ -36,12 +41,13 @@ class CanonicalJSON(TypeDecorator[Any]):
     impl = Text
     cache_ok = True
 
-    def __init__(self, where: str = "", constants: bool = False) -> None:
+    def __init__(self, where: str = "", constants: bool = False, ids: bool = False) -> None:
         """``where``: ``table.column``, named when a stored value is damaged; ``constants``:
         the value is ``{group: {constant: number}}`` and is checked to be that on reading
-        (an edited archive must not reach a formatter or the Go exporter as text)."""
+        (an edited archive must not reach a formatter or the Go exporter as text); ``ids``:
+        the value is a list of program ids, each checked."""
         super().__init__()
-        self.where, self.constants = where, constants
+        self.where, self.constants, self.ids = where, constants, ids
 
     def process_bind_param(self, value: Any, dialect: Any) -> str | None:
         return None if value is None else canonical_json(value)
@@ -51,12 +57,31 @@ class CanonicalJSON(TypeDecorator[Any]):
             return None
         try:
             out = json.loads(value)
-        except ValueError:  # an edited or damaged file: one line, not a JSONDecodeError
+        except (ValueError, RecursionError):  # edited or damaged: one line, not a traceback
             raise ArchiveError(f"the archive's {self.where or 'data'} holds a value that is not "
                                f"JSON ({value[:40]!r}): the file was edited or damaged") from None
         if self.constants:
             _check_constants(out, self.where)
+        if self.ids:
+            out = checked_ids(out, self.where)
         return out
+
+
+class ProgramId(TypeDecorator[str]):
+    """A program id column: checked on every read (``evolve.archive.ids``); written as is."""
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def process_bind_param(self, value: str | None, dialect: Any) -> str | None:
+        return value  # a query's prefix (``LIKE 'ab%'``) is no id: not checked
+
+    def process_result_value(self, value: Any, dialect: Any) -> str | None:
+        return None if value is None else checked_id(value, self.where)
 
 
 def _check_constants(value: Any, where: str) -> None:
@@ -107,10 +132,11 @@ class ProgramRow(Base):
 
     __tablename__ = "programs"
     run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    id: Mapped[str] = mapped_column(String, primary_key=True)  # sha256 of normalised source
+    id: Mapped[str] = mapped_column(  # sha256 of the normalised source (of the text if unparsed)
+        ProgramId("programs.id"), primary_key=True)
     seq: Mapped[int] = mapped_column(Integer)  # order first seen within its generation
     source: Mapped[str] = mapped_column(Text)
-    parent_ids: Mapped[Any] = mapped_column(CanonicalJSON("programs.parent_ids"))
+    parent_ids: Mapped[Any] = mapped_column(CanonicalJSON("programs.parent_ids", ids=True))
     operator: Mapped[str] = mapped_column(String)
     generation: Mapped[int] = mapped_column(Integer)  # first seen
     complexity: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: unparsed
@@ -125,7 +151,8 @@ class Evaluation(Base):
     run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     generation: Mapped[int] = mapped_column(Integer, primary_key=True)
     seq: Mapped[int] = mapped_column(Integer, primary_key=True)
-    program_id: Mapped[str | None] = mapped_column(String, nullable=True, index=True)
+    program_id: Mapped[str | None] = mapped_column(ProgramId("evaluations.program_id"),
+                                                   nullable=True, index=True)
     # seed | refit (generation 0) | child (fitted) | screen (rejected before fitting) | rescore
     kind: Mapped[str] = mapped_column(String)
     operator: Mapped[str] = mapped_column(String)
@@ -166,7 +193,7 @@ class GridCell(Base):
     run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     generation: Mapped[int] = mapped_column(Integer, primary_key=True)
     cell: Mapped[str] = mapped_column(String, primary_key=True)  # JSON of the cell key
-    program_id: Mapped[str] = mapped_column(String)
+    program_id: Mapped[str] = mapped_column(ProgramId("grid_cells.program_id"))
     loss: Mapped[float] = mapped_column(Float)
     complexity: Mapped[int] = mapped_column(Integer)
     n_features: Mapped[int] = mapped_column(Integer)
@@ -183,7 +210,7 @@ class FrontierRow(Base):
     run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     generation: Mapped[int] = mapped_column(Integer, primary_key=True)
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
-    program_id: Mapped[str] = mapped_column(String)
+    program_id: Mapped[str] = mapped_column(ProgramId("frontier.program_id"))
     loss: Mapped[float] = mapped_column(Float)
     complexity: Mapped[int] = mapped_column(Integer)
     picked: Mapped[bool] = mapped_column(Integer)
@@ -207,7 +234,7 @@ class CorpusVersion(Base):
     seq: Mapped[int] = mapped_column(Integer, primary_key=True)
     version: Mapped[str] = mapped_column(String, index=True)
     generation: Mapped[int] = mapped_column(Integer)
-    program_id: Mapped[str] = mapped_column(String)
+    program_id: Mapped[str] = mapped_column(ProgramId("corpus_versions.program_id"))
     scope: Mapped[str] = mapped_column(String)
     constants: Mapped[Any] = mapped_column(  # group -> {c: v}
         CanonicalJSON("corpus_versions.constants", constants=True))

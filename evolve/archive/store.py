@@ -43,6 +43,7 @@ from evolve.archive.models import (
     SchemaVersion,
 )
 from evolve.errors import ArchiveError
+from evolve.untrusted import mask_values
 
 
 def code_version() -> str:
@@ -154,8 +155,11 @@ class Archive:
     # ---- runs -------------------------------------------------------------------------
     def create_run(self, seed: int, config: Any, splits: dict[str, str],
                    probe: bytes | None, lock: bool = False) -> int:
-        """A new run's id; with ``lock``, this process holds its run lock from the start."""
+        """A new run's id; with ``lock``, this process holds its run lock from the start.
+        The stored ``config`` has its URLs' secrets masked (``evolve.untrusted``): an
+        archive is shared, a password in an endpoint's or database's URL is not."""
         version = code_version()
+        config = mask_values(config)
         if lock:
             self.prepare_writer()
         for attempt in range(20):  # another writer may take the same id first: next one
@@ -198,7 +202,7 @@ class Archive:
             if row is None:
                 raise ArchiveError(f"{self.path}: no run {run_id}")
             for k, v in values.items():
-                setattr(row, k, v)
+                setattr(row, k, mask_values(v) if k == "config" else v)
 
     def commit_generation(self, run_id: int, generation: int, rows: Iterable[Base],
                           **run_values: Any) -> None:

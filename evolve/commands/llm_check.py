@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from typing import Any
 
 from evolve.errors import EvolveError, UserError
@@ -53,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace) -> LLMConfig:
     from evolve.targets import not_blank
+    from evolve.untrusted import has_userinfo, strip_userinfo
 
     not_blank(args.llm, "--llm", "the endpoint's model")  # "$VAR" unset: never the default
     not_blank(args.llm_base_url, "--llm-base-url", "the endpoint's URL")
@@ -71,7 +73,10 @@ def _config(args: argparse.Namespace) -> LLMConfig:
     if args.llm:
         fields["model"] = args.llm
     if args.llm_base_url:
-        fields["base_url"] = args.llm_base_url
+        if has_userinfo(args.llm_base_url):
+            print("note: --llm-base-url: the user:password@ part is dropped, never sent; the "
+                  f"key comes from ${fields['api_key_env']}", file=sys.stderr)
+        fields["base_url"] = strip_userinfo(args.llm_base_url)
     if args.api_key_env:
         fields["api_key_env"] = args.api_key_env
     if args.timeout is not None:
@@ -88,6 +93,7 @@ def _config(args: argparse.Namespace) -> LLMConfig:
 def run(args: argparse.Namespace) -> int:
     from evolve.operators.cassette import canonical_request
     from evolve.operators.llm_endpoint import OK, Endpoint
+    from evolve.untrusted import mask_secrets, printable
 
     try:
         cfg = _config(args)
@@ -107,19 +113,20 @@ def run(args: argparse.Namespace) -> int:
     finally:
         endpoint.close()
     failure = None
+    url = mask_secrets(cfg.base_url)  # a key in the query (?api_key=...) is not printed
     if ex.status != OK:
-        failure = f"{cfg.model} at {cfg.base_url}: {ex.error}"
+        failure = f"{cfg.model} at {url}: {ex.error}"
     elif not (ex.reply or "").strip():  # the search would get no program from it either
-        failure = (f"{cfg.model} at {cfg.base_url}: answered with no text (content "
+        failure = (f"{cfg.model} at {url}: answered with no text (content "
                    f"{ex.reply!r}; finish {ex.finish_reason}): not an OpenAI-compatible "
                    "chat completion?")
     if failure is not None:
         if args.json:  # a script reading stdout gets an answer too; the line goes to stderr
-            print(json.dumps({"ok": False, "model": cfg.model, "base_url": cfg.base_url,
+            print(json.dumps({"ok": False, "model": cfg.model, "base_url": url,
                               "attempts": ex.attempts, "error": failure}, sort_keys=True))
         raise UserError(failure)
     cost = cfg.cost_usd(ex.prompt_tokens, ex.completion_tokens)
-    result = {"ok": True, "model": cfg.model, "base_url": cfg.base_url, "latency_s": ex.latency_s,
+    result = {"ok": True, "model": cfg.model, "base_url": url, "latency_s": ex.latency_s,
               "attempts": ex.attempts, "reply": ex.reply, "finish_reason": ex.finish_reason,
               "prompt_tokens": ex.prompt_tokens, "completion_tokens": ex.completion_tokens,
               "usage_estimated": ex.usage_estimated, "cost_usd": cost, **probe}
@@ -127,9 +134,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, sort_keys=True))
         return 0
     usage = "estimated" if ex.usage_estimated else "reported"
-    print(f"endpoint  {cfg.base_url}\nmodel     {cfg.model}\n"
+    print(f"endpoint  {url}\nmodel     {printable(cfg.model)}\n"
           f"latency   {ex.latency_s:.3f} s ({ex.attempts} attempt(s))\n"
-          f"reply     {(ex.reply or '').strip()!r} (finish: {ex.finish_reason})\n"
+          f"reply     {(ex.reply or '').strip()!r} (finish: {printable(str(ex.finish_reason))})\n"
           f"tokens    {ex.prompt_tokens} prompt + {ex.completion_tokens} completion ({usage})\n"
           f"cost      ${cost:.6f}")
     if probe:

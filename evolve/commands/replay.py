@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from evolve.search.judge import score_program
     from evolve.search.setup import load_evaluator, require_scenarios
     from evolve.targets import parse_stored
+    from evolve.untrusted import printable
 
     with Archive(args.archive, create=False) as archive:
         pid = archive.resolve_id(args.id, args.run)
@@ -93,21 +94,21 @@ def run(args: argparse.Namespace) -> int:
                                                          row.program_id, where),
                                        row.constants, row.scope)
             if version != row.version:
-                print(f"run {rid} gen {ev.generation}: corpus version {version} != stored "
-                      f"{row.version} (simulation not reproduced)")
+                print(printable(f"run {rid} gen {ev.generation}: corpus version {version} != "
+                                f"stored {row.version} (simulation not reproduced)"))
                 failures += 1
                 continue
         res = score_program(ctx, program, ev.constants)
         stored = {"loss": ev.loss, "metrics": ev.metrics}
         again = json.loads(canonical_json({"loss": res.loss, "metrics": res.metrics}))
         lines = diff(stored, again)
-        where = (f"{pid[:12]} run {rid} gen {ev.generation} ({ev.kind}, corpus "
-                 f"{ev.corpus_version})")
+        where = printable(f"{pid[:12]} run {rid} gen {ev.generation} ({ev.kind}, corpus "
+                          f"{ev.corpus_version})")
         if lines:
             failures += 1
             print(f"MISMATCH {where}: {len(lines)} values differ")
             for line in lines[:MAX_DIFF_LINES]:
-                print(f"  {line}")
+                print(f"  {printable(line)}")
         else:
             print(f"ok {where}: loss {ev.loss!r} and {len(ev.metrics or {})} runs' metrics "
                   "reproduced exactly")

@@ -1,7 +1,8 @@
 """``evolve report [RUN] --out DIR``: write a static HTML report of a run (offline, no CDN).
 
 ``--watch`` keeps regenerating it as the run commits generations (open ``DIR/index.html``
-and reload), and returns when the run is no longer running.
+and reload), and returns when the run is no longer running. ``DIR`` must be new, empty or
+an earlier report (``evolve/report/outdir.py``): a folder of other files is refused.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     import math
 
     from evolve.errors import UserError
-    from evolve.report import Options, Written, watch, write_report
+    from evolve.report import Options, Written, outdir, watch, write_report
     from evolve.targets import output_dir
 
     if not (math.isfinite(args.interval) and args.interval > 0):
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cassette and not Path(args.cassette).is_file():
         raise UserError(f"--cassette {args.cassette}: file not found")
     opts = Options(cassette=args.cassette, validate_dir=args.validate_dir)
+    outdir.check(Path(args.out))  # someone's folder is refused before anything is written
     output_dir(args.out, "--out")
     index = Path(args.out) / "index.html"
 

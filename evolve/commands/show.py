@@ -33,6 +33,7 @@ def _lineage(pid: str, by_id: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from evolve.archive import Archive
+    from evolve.archive.ids import check_source
     from evolve.errors import ArchiveError
 
     with Archive(args.archive, create=False) as archive:
@@ -40,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         rows = archive.program(pid, args.run)
         if not rows:
             raise ArchiveError(f"{args.archive}: program {pid[:12]} is not in run {args.run}")
+        for prow in rows:  # an edited source is not shown as the program it claims to be
+            check_source(pid, prow.source, f"archive {archive.path} run {prow.run_id}")
         runs = []
         for prow in rows:
             by_id = {p.id: p for p in archive.programs(prow.run_id)}
@@ -67,29 +70,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(info: dict[str, Any]) -> None:
+    """The text form. Every string from the archive goes through ``printable`` (an
+    operator name, a reason, a group or run name may hold a terminal escape)."""
     from evolve.reporting import num, pct, short, table
+    from evolve.untrusted import printable as p
 
     cx = info["complexity"]
     print(f"program {info['id']}" + (f"  (complexity {cx})" if cx is not None else
                                       "  (does not parse)"))
     print()
     for line in info["source"].rstrip().splitlines():
-        print(f"    {line}")
+        print(f"    {p(line, lines=True)}")
     for r in info["runs"]:
         print(f"\nrun {r['run']}: first seen in generation {r['generation']} from "
-              f"{r['operator']}" + (f", parents {', '.join(short(p) for p in r['parents'])}"
-                                    if r["parents"] else ""))
+              f"{p(r['operator'])}" + (f", parents {', '.join(short(q) for q in r['parents'])}"
+                                       if r["parents"] else ""))
         print("  lineage: " + " <- ".join(
-            f"{short(x['id'])} (g{x['generation']} {x['operator']})" for x in r["lineage"]))
+            f"{short(x['id'])} (g{x['generation']} {p(x['operator'])})" for x in r["lineage"]))
         for e in r["evaluations"]:
-            why = f": {e['reason']}" if e["reason"] else ""
-            print(f"  gen {e['generation']:>3} {e['kind']:<7} {e['status']:<8} "
+            why = f": {p(e['reason'])}" if e["reason"] else ""
+            print(f"  gen {e['generation']:>3} {p(e['kind']):<7} {p(e['status']):<8} "
                   f"loss {num(e['loss'])}{why}")
         if r["constants"]:
             print(f"  constants (generation {r['constants_generation']}):")
             for group, consts in sorted(r["constants"].items()):
-                vals = ", ".join(f"{k}={v:.6g}" for k, v in sorted(consts.items()))
-                print(f"    {group}: {vals}")
+                vals = ", ".join(f"{p(k)}={v:.6g}" for k, v in sorted(consts.items()))
+                print(f"    {p(group)}: {vals}")
         if r["metrics"]:
             body = [[name, m.get("split", ""), pct(m.get("ape", {}).get("e2e_mean")),
                      pct(m.get("ape", {}).get("ttft_mean")),

@@ -40,7 +40,7 @@ from evolve.errors import BudgetExhausted, LLMUnavailable
 from evolve.operators.base import Operator, Parent, Proposal
 from evolve.operators.cassette import Cassette, canonical_request, request_hash
 from evolve.operators.llm_config import LLMConfig
-from evolve.operators.llm_endpoint import ENDPOINT_FAILURES, OK, Endpoint, Exchange
+from evolve.operators.llm_endpoint import ENDPOINT_FAILURES, OK, Endpoint, Exchange, cap_reply
 from evolve.operators.prompting import (
     TEMPLATE_VERSION,
     Prompt,
@@ -49,6 +49,7 @@ from evolve.operators.prompting import (
     estimate_tokens,
 )
 from evolve.operators.replies import extract_program
+from evolve.untrusted import mask_secrets
 
 log = logging.getLogger("evolve.llm")
 _SEED_SPAN = 2**31 - 1
@@ -184,12 +185,14 @@ class LLMOperator:
 
     def _exchange(self, plan: _Plan) -> tuple[Exchange, bool]:
         assert plan.request is not None and plan.request_hash is not None
+        cap = self.cfg.max_reply_bytes  # a cassette or journal may hold a longer reply
         if self.cassette is not None and self.cassette.mode == "replay":
-            return Exchange.from_dict(self.cassette.get(plan.request_hash)), True
+            return cap_reply(Exchange.from_dict(self.cassette.get(plan.request_hash)), cap), True
         if self.journal is not None:
             kept = self.journal.exchange(plan.index, plan.request_hash)
             if kept is not None:  # answered before the run was interrupted
-                return Exchange.from_dict(kept["exchange"]), bool(kept["cached"])
+                return (cap_reply(Exchange.from_dict(kept["exchange"]), cap),
+                        bool(kept["cached"]))
         assert self._endpoint is not None
         exchange = self._endpoint.complete(plan.request, estimate_tokens)
         if self.cassette is not None and self.cassette.mode == "record":
@@ -207,13 +210,15 @@ class LLMOperator:
             return Proposal(None, operator, parent_ids, error=plan.prompt_error)
         exchange, cached = result
         source, error, status = None, exchange.error, exchange.status
+        note = None  # an OK exchange's error says why its reply was cut (cap_reply)
         if exchange.status == OK:
             found = extract_program(exchange.reply, str(plan.parents[0].program.source))
-            source, error = found.source, found.error
+            source, error, note = found.source, found.error, exchange.error
             if error and exchange.finish_reason == "length":
                 error += " (reply truncated at max_tokens)"
             status = OK if source is not None else "no_program"
-        call = self._account(plan, exchange, cached, status, error)
+        call = self._account(plan, exchange, cached, status,
+                             "; ".join(x for x in (error, note) if x) or None)
         return Proposal(source, operator, parent_ids, error=error, llm_call=call)
 
     def _account(self, plan: _Plan, ex: Exchange, cached: bool, status: str,
@@ -253,7 +258,7 @@ class LLMOperator:
                                   f"${cfg.max_cost_usd:.4f}")
 
     def _endpoint_failed(self, proposals: list[Proposal], error: str) -> None:
-        where = f"{self.cfg.model} at {self.cfg.base_url}"
+        where = f"{self.cfg.model} at {mask_secrets(self.cfg.base_url)}"
         if self.cfg.on_failure == "stop":
             raise LLMUnavailable(f"LLM endpoint failed every request of a batch ({where}): "
                                  f"{error}", proposals)

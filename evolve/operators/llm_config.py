@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
+from evolve.untrusted import mask_secrets, strip_userinfo
+
 OnFailure = Literal["offline", "stop"]
 CassetteMode = Literal["off", "record", "replay"]
 Constrain = Literal["off", "gbnf", "vllm"]
@@ -22,6 +24,7 @@ PromptProfile = Literal["full", "compact", "auto"]
 
 _ON_FAILURE = ("offline", "stop")
 MAX_TIMEOUT_S = 3600  # a deadline past an hour is a slip (1e300 overflowed the socket)
+MAX_REPLY_BYTES = 64 * 1024  # a program is ~1 KB; an endpoint once sent 60 MB
 _CASSETTE_MODES = ("off", "record", "replay")
 _CONSTRAIN = ("off", "gbnf", "vllm")
 _PROFILES = ("full", "compact", "auto")
@@ -40,7 +43,8 @@ class LLMConfig:
     model: str = field(default="", metadata=_doc(
         "model name sent to the endpoint (--llm MODEL); required when operator.kind = llm"))
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata=_doc(
-        "OpenAI-compatible base URL, including the /v1 suffix"))
+        "OpenAI-compatible base URL, including the /v1 suffix (a user:password@ part is "
+        "dropped: never stored, never sent; the key comes from api_key_env)"))
     api_key_env: str = field(default="OPENAI_API_KEY", metadata=_doc(
         "name of the environment variable holding the API key; unset sends 'EMPTY'"))
     temperature: float = field(default=0.8, metadata=_doc(
@@ -51,6 +55,9 @@ class LLMConfig:
         "send the per-request seed (turn off for servers that reject the field)"))
     max_tokens: int = field(default=4096, metadata=_doc(
         "max completion tokens per request"))
+    max_reply_bytes: int = field(default=MAX_REPLY_BYTES, metadata=_doc(
+        "longest reply kept, in UTF-8 bytes (an endpoint may ignore max_tokens); a longer "
+        "one is cut there and stored so, with the reason (at least 1024)"))
     timeout_s: float = field(default=120.0, metadata=_doc(
         "deadline of one call in seconds (at most 3600), all attempts and waits together; a "
         "timeout is final (never retried: the next attempt would be as slow)"))
@@ -95,6 +102,8 @@ class LLMConfig:
     def __post_init__(self) -> None:
         # TOML/JSON give lists for the price pairs; normalise so equality and hashing work.
         self.prices = {str(k): _price_pair(k, v) for k, v in dict(self.prices).items()}
+        if isinstance(self.base_url, str):  # user:password@ is neither stored nor sent
+            self.base_url = strip_userinfo(self.base_url)
         problems = self.problems()
         if problems:
             raise ValueError("llm config: " + "; ".join(problems))
@@ -113,12 +122,13 @@ class LLMConfig:
             out.append(f"prompt_profile must be one of {_PROFILES}, not "
                        f"{self.prompt_profile!r}")
         if self.model != "local" and not re.match(r"https?://[^/\s]+", self.base_url):
-            out.append(f"base_url must be an http:// or https:// URL, not {self.base_url!r}")
+            out.append(f"base_url must be an http:// or https:// URL, not "
+                       f"{mask_secrets(repr(self.base_url))}")
         elif self.model != "local":
             try:
                 urlsplit(self.base_url).port  # noqa: B018 - parsing it is the check
             except ValueError as exc:
-                out.append(f"base_url {self.base_url!r}: {exc}")
+                out.append(f"base_url {mask_secrets(repr(self.base_url))}: {exc}")
         if self.context_tokens is not None and self.context_tokens < 1:
             out.append("context_tokens must be >= 1 (or unset)")
         if self.cassette_mode != "off" and not self.cassette:
@@ -126,6 +136,8 @@ class LLMConfig:
         for name in ("max_tokens", "concurrency", "prompt_token_cap"):
             if int(getattr(self, name)) < 1:
                 out.append(f"{name} must be >= 1")
+        if int(self.max_reply_bytes) < 1024:
+            out.append("max_reply_bytes must be >= 1024")
         # A zero deadline would fail every call before it is sent; NaN passes every
         # comparison, so finiteness is tested first, never implied by a range check.
         if not 0 < float(self.timeout_s) <= MAX_TIMEOUT_S:  # 1e300 overflowed the socket

@@ -17,11 +17,18 @@ Constrained decoding (``constrain`` in the canonical request): the program gramm
 the request's extra body – ``grammar`` (GBNF) for llama.cpp servers, ``structured_outputs:
 {"grammar": ...}`` (Lark) for vLLM.
 
+Bounds and secrets: a reply longer than ``llm.max_reply_bytes`` (default 64 KiB; an
+endpoint that ignored ``max_tokens`` once sent 60 MB, stored whole in the archive, the
+cassette and the report) is cut there (:func:`cap_reply`), the reason in ``error``. The
+client is built from the base URL without ``user:password@`` (the HTTP client would send
+it as Basic auth in place of the bearer key), and error texts have URL secrets masked.
+
 The outcome is an :class:`Exchange`, a plain record that is also what a cassette stores.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import time
 from collections.abc import Callable
@@ -29,7 +36,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from evolve.operators.llm_config import LLMConfig
+from evolve.operators.llm_config import MAX_REPLY_BYTES, LLMConfig
+from evolve.untrusted import mask_secrets, strip_userinfo
 
 # Exchange.status values. "unreachable" and "rejected" mean the endpoint itself failed
 # (after all retries, or it refuses us: bad key, unknown model); "api_error" is a failure
@@ -125,8 +133,9 @@ class Endpoint:
         self.cfg = cfg
         self._sleep = sleep
         self._openai = openai
-        self._client = openai.OpenAI(base_url=cfg.base_url, api_key=cfg.api_key(),
-                                     max_retries=0, timeout=cfg.timeout_s)
+        self._client = openai.OpenAI(base_url=strip_userinfo(cfg.base_url),
+                                     api_key=cfg.api_key(), max_retries=0,
+                                     timeout=cfg.timeout_s)
 
     def close(self) -> None:
         self._client.close()
@@ -218,13 +227,31 @@ class Endpoint:
             finish = choices[0].finish_reason
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
             return self._failed(API_ERROR, f"malformed response: {exc}", start, attempts)
-        return Exchange(OK, reply, finish, prompt_tokens, completion_tokens,
-                        round(latency, 6), attempts, None, estimated)
+        return cap_reply(Exchange(OK, reply, finish, prompt_tokens, completion_tokens,
+                                  round(latency, 6), attempts, None, estimated),
+                         self.cfg.max_reply_bytes)
 
     @staticmethod
     def _failed(status: str, error: str, start: float, attempts: int) -> Exchange:
         return Exchange(status, None, None, 0, 0, round(time.monotonic() - start, 6),
-                        attempts, error)
+                        attempts, mask_secrets(error))
+
+
+def cap_reply(ex: Exchange, cap: int = MAX_REPLY_BYTES) -> Exchange:
+    """``ex`` with its reply cut to ``cap`` UTF-8 bytes (at a character boundary) and the
+    reason added to ``error``; unchanged when the reply fits. Applied to every exchange,
+    from the endpoint, a cassette or the journal, before it is stored or shown."""
+    reply = ex.reply
+    if reply is None or len(reply) * 4 <= cap:  # fits whatever the characters
+        return ex
+    head = reply[:cap].encode("utf-8")  # at least cap bytes if the reply is longer
+    if len(head) <= cap and len(reply) <= cap:
+        return ex
+    n = len(reply.encode("utf-8")) if len(reply) < 4 * cap else None
+    cut = head[:cap].decode("utf-8", "ignore")
+    size = f"{n} bytes" if n is not None else f"{len(reply)} characters"
+    note = f"reply cut to {cap} bytes of {size} (llm.max_reply_bytes)"
+    return dataclasses.replace(ex, reply=cut, error="; ".join(x for x in (ex.error, note) if x))
 
 
 def _usage_counts(usage: Any) -> tuple[int, int] | None:

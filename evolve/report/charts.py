@@ -10,6 +10,7 @@ the class ``front`` (the browser test counts them), the pick ``pick``, the champ
 from __future__ import annotations
 
 import math
+import re
 from html import escape
 
 from evolve.report.frontier import FrontierPage, ScatterPoint
@@ -20,8 +21,13 @@ from evolve.report.validation import KEYS, ValidationPage
 
 
 def page_name(pid: str) -> str:
-    """File name of a program's page (16 hex digits: unique in any real archive)."""
-    return f"p/{pid[:16]}.html"
+    """File name of a program's page (16 hex digits: unique in any real archive). Ids are
+    checked on reading the archive (``evolve.archive.ids``); anything else here is refused
+    again, so no id can name a file outside ``p/``."""
+    name = str(pid)[:16]
+    if not re.fullmatch(r"[0-9a-f]{16}", name):
+        raise ValueError(f"not a program id: {name!r}")
+    return f"p/{name}.html"
 
 
 def _num(x: float | None, digits: int = 4) -> str:
@@ -110,17 +116,18 @@ def lineage_svg(lin: Lineage, root: str = "") -> str:
             d = f"M{x1:.0f},{y1:.0f} C{x1:.0f},{my:.0f} {x2:.0f},{my:.0f} {x2:.0f},{y2:.0f}"
             lx, anchor = (x1 + x2) / 2 + 3, "start"
         parts.append(f'<path class="{cls}" d="{d}"><title>{escape(e.operator)}: '
-                     f"{e.parent[:12]} -> {e.child[:12]}{ratio}</title></path>"
+                     f"{escape(e.parent[:12])} -&gt; {escape(e.child[:12])}{ratio}</title></path>"
                      f'<text class="elabel{" jump" if e.jump else ""}" x="{lx:.0f}" '
                      f'y="{my + 3:.0f}" text-anchor="{anchor}">{escape(label)}{ratio}</text>')
-    for n in lin.nodes.values():
-        cls = "node " + " ".join(n.roles)
+    for n in lin.nodes.values():  # every value escaped where it lands, ids too
+        cls = escape("node " + " ".join(n.roles))
         parts.append(f'<a href="{escape(root + page_name(n.program_id))}"><g class="{cls}" '
-                     f'data-id="{n.program_id}"><rect x="{n.x:.0f}" y="{n.y:.0f}" '
+                     f'data-id="{escape(n.program_id)}"><rect x="{n.x:.0f}" y="{n.y:.0f}" '
                      f'width="{NODE_W}" height="{NODE_H}" rx="5"/><text x="{n.x + 6:.0f}" '
-                     f'y="{n.y + 16:.0f}">{n.program_id[:12]} g{n.generation}</text>'
+                     f'y="{n.y + 16:.0f}">{escape(n.program_id[:12])} '
+                     f'g{escape(str(n.generation))}</text>'
                      f'<text class="sub" x="{n.x + 6:.0f}" y="{n.y + 32:.0f}">loss '
-                     f"{_num(n.train_loss, 3)} cx {n.complexity}</text></g></a>")
+                     f"{_num(n.train_loss, 3)} cx {escape(str(n.complexity))}</text></g></a>")
     parts.append("</svg>")
     return "".join(parts)
 

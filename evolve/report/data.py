@@ -25,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import defer
 
 from evolve.archive import Archive
+from evolve.archive.ids import source_matches
 from evolve.archive.models import (
     Evaluation,
     FrontierRow,
@@ -73,6 +74,7 @@ class ProgramData:
     first_loss: float = math.nan  # of the first accepted evaluation (as the child was born)
     val_loss: float = math.nan
     test_loss: float = math.nan
+    edited: bool = False  # the stored source does not hash to the id: the archive was edited
 
     @property
     def accepted(self) -> bool:
@@ -169,8 +171,11 @@ def _pick_val_losses(archive: Archive, rid: int,
 
 
 def _program(p: ProgramRow) -> ProgramData:
+    """A program row; one whose source does not hash to its id (the archive was edited
+    after the run wrote it) is kept, marked ``edited``, so its page says so."""
     return ProgramData(p.id, p.source, list(p.parent_ids or []), p.operator, p.generation,
-                       p.seq, p.complexity, p.n_features)
+                       p.seq, p.complexity, p.n_features,
+                       edited=not source_matches(p.id, p.source))
 
 
 def _evaluations(archive: Archive, rid: int,

@@ -95,6 +95,10 @@ def build_overview(data: RunData) -> Overview:
         facts.append(("LLM calls", str(len(data.llm_calls))))
         facts.append(("LLM tokens", f"{data.tokens:,}"))
         facts.append(("LLM cost", f"${data.cost_usd:.4f}"))
+    edited = sum(p.edited for p in data.programs.values())
+    if edited:
+        facts.append(("edited sources", f"{edited} programs' stored source does not hash to "
+                      "their id: the archive was changed after the run (marked on their pages)"))
     splits = Counter((r.splits or {}).values())
     facts.append(("measured runs", ", ".join(f"{n} {s}" for s, n in sorted(splits.items()))))
     return Overview(facts, generation_rows(data), grid_heat(data),
@@ -120,6 +124,9 @@ def generation_rows(data: RunData) -> list[GenerationRow]:
     return out
 
 
+MAX_CELLS = 1000  # grid columns or rows drawn at most (a real grid has tens)
+
+
 def grid_heat(data: RunData) -> GridHeat | None:
     """The last grid as heatmap cells; complexity bins labelled by the run's edges."""
     if not data.grids:
@@ -133,6 +140,8 @@ def grid_heat(data: RunData) -> GridHeat | None:
             col, row = (int(x) for x in str(c.cell).strip("[]()").split(","))
         except ValueError:
             continue
+        if not (0 <= col < MAX_CELLS and 0 <= row < MAX_CELLS):  # an edited archive: a
+            continue  # cell "10**9,0" would draw a billion columns
         cells.append((row, col, c.loss, c.program_id, c.complexity))
         max_col, max_row = max(max_col, col), max(max_row, row)
     n_cols = max(len(edges) - 1, max_col + 1)

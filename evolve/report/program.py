@@ -87,6 +87,8 @@ def roles_of(pid: str, pick: str | None, champ: str | None, frontier: set[str],
         out.append("frontier")
     if p.kind == "seed":
         out.append("seed")
+    if p.edited:
+        out.append("edited")
     return out
 
 

@@ -7,12 +7,19 @@ rather than linking them, so any single page also works on its own.
 
 Pages: ``index.html`` (overview), ``frontier.html``, ``lineage.html``, ``llm.html`` (LLM
 runs), ``validation.html`` and ``p/<id16>.html`` per program. A page is rewritten only when
-its bytes change, so ``--watch`` touches only what a generation changed.
+its bytes change, so ``--watch`` touches only what a generation changed. The folder is the
+report's own (``outdir``: a marker lists what it wrote; nothing else is touched).
+
+Everything shown comes from an archive, which is untrusted: jinja2 escapes every value in
+text and attributes, the SVG builders escape theirs, every rendered value has the secrets
+of its URLs masked (``evolve.untrusted``), and each page's content security policy allows
+its one script by hash, so no inline handler (``onerror=``) or injected script can run.
 """
 
 from __future__ import annotations
 
-import contextlib
+import base64
+import hashlib
 import math
 import os
 from collections.abc import Callable
@@ -21,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
-from evolve.report import charts
+from evolve.report import charts, outdir
 from evolve.report.data import RunData, load_run
 from evolve.report.frontier import build_frontier
 from evolve.report.highlight import diff_html, highlight_python
@@ -32,6 +40,7 @@ from evolve.report.overview import build_overview
 from evolve.report.pick import champion
 from evolve.report.program import RUN_COLUMNS, build_program, displacements
 from evolve.report.validation import build_validation
+from evolve.untrusted import mask_secrets
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -65,12 +74,21 @@ def _pct(x: float | None) -> str:
     return "inf" if math.isinf(x) else f"{100.0 * x:.1f}%"
 
 
+def _masked(value: Any) -> Any:
+    """Every value a template prints, with its URLs' secrets masked (a run's stored
+    configuration or an LLM error may name an endpoint or a database with a password)."""
+    if isinstance(value, markupsafe.Markup):
+        return markupsafe.Markup(mask_secrets(str(value)))
+    return mask_secrets(value) if isinstance(value, str) else value
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                              autoescape=jinja2.select_autoescape(["jinja", "html"],
                                                                  default=True),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True)
+                             lstrip_blocks=True, keep_trailing_newline=True,
+                             finalize=_masked)
     env.filters.update(num=_num, pct=_pct, short=lambda s: (s or "-")[:12],
                        page=charts.page_name)
     return env
@@ -91,14 +109,28 @@ def _write(path: Path, text: str) -> bool:
     return True
 
 
+def script() -> tuple[str, str]:
+    """The pages' one script and its CSP source (``'sha256-...'``): the policy allows that
+    script and nothing else, no inline handler, no injected ``<script>``."""
+    text = environment().get_template("script.js.jinja").render()
+    digest = base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
+    return text, f"'sha256-{digest}'"
+
+
 def build_site(data: RunData, out: Path, opts: Options | None = None) -> Written:
-    """Render every page of ``data`` into ``out``."""
+    """Render every page of ``data`` into ``out`` (refused, before anything is written, if
+    ``out`` is not empty and not an earlier report: ``outdir``)."""
     opts = opts or Options()
     env = environment()
-    out.mkdir(parents=True, exist_ok=True)
     log = build_llm_log(data, opts.cassette)
     has_llm = bool(log) or data.config.get("operator", {}).get("kind") == "llm"
-    common = {"run": data.run, "has_llm": has_llm, "title": f"run {data.run.id}"}
+    js, js_hash = script()
+    common = {"run": data.run, "has_llm": has_llm, "title": f"run {data.run.id}",
+              "script": markupsafe.Markup(js), "script_hash": markupsafe.Markup(js_hash)}
+    fixed = ["index.html", "frontier.html", "lineage.html", "validation.html"]
+    planned = {*fixed, *(["llm.html"] if has_llm else []),
+               *(charts.page_name(pid) for pid in data.programs)}
+    earlier = outdir.claim(out, planned)
     changed = pages = 0
 
     def page(name: str, template: str, **ctx: Any) -> None:
@@ -125,7 +157,6 @@ def build_site(data: RunData, out: Path, opts: Options | None = None) -> Written
     displaced = displacements(data)
     anchors = anchors_by_program(log)
     program_tpl = env.get_template("program.jinja")
-    written: set[Path] = set()
     for pid in data.programs:
         pp = build_program(data, pid, pick, champ, front, displaced, anchors.get(pid))
         name = charts.page_name(pid)
@@ -134,20 +165,10 @@ def build_site(data: RunData, out: Path, opts: Options | None = None) -> Written
             diffs=[(q, diff_html(d)) for q, d in pp.diffs], columns=RUN_COLUMNS)
         pages += 1
         changed += _write(out / name, html)
-        written.add(out / name)
-    if not has_llm:
-        _drop(out / "llm.html")
-    for stale in (out / "p").glob("*.html"):  # a reused --out: another run's programs
-        if stale not in written:
-            _drop(stale)
+    # a reused --out: an earlier report's pages this one lacks (another run's programs,
+    # found in review to stay reachable) go; what the report did not write stays
+    outdir.finish(out, earlier, planned)
     return Written(pages, changed, data.last_generation)
-
-
-def _drop(path: Path) -> None:
-    """Remove a page this report does not have (from an earlier report into the same
-    directory: found in review, another archive's program pages stayed reachable)."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
 
 
 def write_report(archive: str | Path, out: str | Path, run_id: int | None = None,

@@ -11,6 +11,8 @@ from evolve.archive import Archive
 from evolve.archive.models import Evaluation, ProgramRow, SchemaVersion
 from evolve.errors import ArchiveError
 
+P1, P2 = "1" * 64, "2" * 64  # program ids: 64 hex digits (checked on every read)
+
 
 def _program(run_id: int, pid: str, g: int = 0, seq: int = 0) -> ProgramRow:
     return ProgramRow(run_id=run_id, id=pid, seq=seq, source="x", parent_ids=[],
@@ -45,20 +47,21 @@ def test_json_columns_are_canonical(tmp_path):
 def test_generation_is_one_transaction(tmp_path):
     with Archive(tmp_path / "a.db") as a:
         rid = a.create_run(0, {}, {}, None)
-        a.commit_generation(rid, 0, [_program(rid, "p1")])
+        a.commit_generation(rid, 0, [_program(rid, P1)])
         assert a.run(rid).generations_done == 0
         # a failing row (duplicate key) rolls back the whole generation
         with pytest.raises(IntegrityError):
-            a.commit_generation(rid, 1, [_program(rid, "p2", 1), _program(rid, "p1", 1, 1)])
+            a.commit_generation(rid, 1, [_program(rid, P2, 1), _program(rid, P1, 1, 1)])
         assert a.run(rid).generations_done == 0
-        assert [p.id for p in a.programs(rid)] == ["p1"]
+        assert [p.id for p in a.programs(rid)] == [P1]
 
 
 def test_resolve_id(tmp_path):
     with Archive(tmp_path / "a.db") as a:
         rid = a.create_run(0, {}, {}, None)
-        a.commit_generation(rid, 0, [_program(rid, "abc1"), _program(rid, "abd2", 0, 1)])
-        assert a.resolve_id("abc") == "abc1"
+        abc1, abd2 = "abc1" + "0" * 60, "abd2" + "0" * 60
+        a.commit_generation(rid, 0, [_program(rid, abc1), _program(rid, abd2, 0, 1)])
+        assert a.resolve_id("abc") == abc1
         with pytest.raises(ArchiveError, match="ambiguous"):
             a.resolve_id("ab")
         with pytest.raises(ArchiveError, match="no program"):
@@ -118,14 +121,14 @@ def test_latest_accepted_and_counts(tmp_path):
         rid = a.create_run(0, {}, {}, None)
 
         def ev(g, seq, kind, status, loss):
-            return Evaluation(run_id=rid, generation=g, seq=seq, program_id="p", kind=kind,
+            return Evaluation(run_id=rid, generation=g, seq=seq, program_id=P1, kind=kind,
                               operator="o", corpus_version="v", constants={}, metrics={},
                               loss=loss, complexity=1, n_evals=1, status=status, reason="")
 
         a.commit_generation(rid, 0, [ev(0, 0, "seed", "accepted", 2.0)])
         a.commit_generation(rid, 1, [ev(1, 0, "child", "rejected", float("inf")),
                                      ev(1, 1, "rescore", "accepted", 1.5)])
-        assert a.latest_accepted(rid)["p"].loss == 1.5
+        assert a.latest_accepted(rid)[P1].loss == 1.5
         assert a.count_evaluations(rid, ("child",)) == 1
         assert a.llm_usage(rid) == (0, 0.0)
         comp = a.comparable()

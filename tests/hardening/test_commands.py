@@ -9,6 +9,7 @@ import time
 import pytest
 
 from evolve.cli import main
+from evolve.errors import UserError
 
 HUGE = "9" * 400
 NEGATIVE_QUEUE = '''CONSTANTS = {"a": (1000.0, 1.0, 10000.0)}
@@ -59,7 +60,9 @@ def test_fit_says_what_is_wrong_with_the_program(tmp_path, capsys, text, needle)
 @pytest.mark.real_data
 @pytest.mark.parametrize("command", [["replay"], ["validate", "--no-plots"], ["export-go"],
                                      ["show"]])
-def test_a_stored_source_that_no_longer_passes_the_checker(finished, command, capsys):
+def test_an_edited_stored_source_is_refused(finished, command, capsys):
+    """Issue 56: an edited source no longer hashes to its id; every command that uses
+    a stored source refuses it (show once printed it as that program)."""
     con = sqlite3.connect(finished)
     pid = con.execute("SELECT program_id FROM frontier LIMIT 1").fetchone()[0]
     con.execute("UPDATE programs SET source = source || ' + " + HUGE + "' WHERE id = ?",
@@ -67,12 +70,20 @@ def test_a_stored_source_that_no_longer_passes_the_checker(finished, command, ca
     con.commit()
     con.close()
     code = main([command[0], pid[:12], "--archive", str(finished), *command[1:]])
-    if command[0] == "show":  # show prints the stored text; it never compiles it
-        assert code == 0
-        return
     assert code == 2
     line = _one_line(capsys)
-    assert f"stored program {pid[:12]} no longer passes the checker" in line
+    assert f"stored program {pid[:12]}: its source does not hash to its id" in line
+
+
+def test_a_stored_source_that_no_longer_passes_the_checker():
+    """The language changed under an archive: its id still matches, the checker refuses."""
+    from evolve.archive.ids import source_id
+    from evolve.targets import parse_stored
+
+    src = 'CONSTANTS = {"a": (1.0, 0.0, 10.0)}\n\ndef step_time(f, c):\n    return c.a + ' \
+        + HUGE + "\n"
+    with pytest.raises(UserError, match=r"stored program [0-9a-f]{12} no longer passes"):
+        parse_stored(src, source_id(src), "archive a.db")
 
 
 @pytest.mark.real_data

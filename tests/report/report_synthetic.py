@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 
 from evolve.archive import Archive
+from evolve.archive.ids import source_id
 from evolve.archive.models import Evaluation, FrontierRow, GridCell, LLMCall, ProgramRow
 from evolve.heldout import split_loss
 
@@ -103,7 +104,8 @@ def make_archive(path: str | Path, n_programs: int = 60, generations: int = 6,
                 else:
                     kind, parents, _ = prop
                     src = SEED_SOURCE.format(name=kind.split(":")[1]) + f"# variant {k}\n"
-                pid = f"{counter:08x}" + f"{rng.getrandbits(224):056x}"
+                rng.getrandbits(224)  # once the id's digits; drawn still, so the archive stays
+                pid = source_id(src)  # ids are content hashes, checked by every reader
                 base = min((known[q][1] for q in parents), default=0.6)
                 cx = max(1, min(30, (max((known[q][2] for q in parents), default=3)
                                      + rng.choice([-2, -1, 1, 2, 3]))))
@@ -112,6 +114,7 @@ def make_archive(path: str | Path, n_programs: int = 60, generations: int = 6,
                     rows.append(_call(rid, g, llm_seq, src, rng))
                     llm_seq += 1
                 if rng.random() < 0.12 and g > 0:  # a rejection: parse failure
+                    pid = source_id(src + "(")
                     rows.append(ProgramRow(run_id=rid, id=pid, seq=k, source=src + "(",
                                            parent_ids=parents, operator=kind, generation=g))
                     rows.append(Evaluation(run_id=rid, generation=g, seq=ev_seq,
