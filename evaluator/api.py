@@ -40,6 +40,7 @@ from evaluator.ingest_trace import from_tracev2
 from evaluator.kv_memory import estimate_for as estimate_kv_pool
 from evaluator.model import MAX_STEP_US, ConstMap, StepModel, step_time_problem, usable_steps
 from evaluator.prompts import prompt_period, with_prompt_cache
+from evaluator.run_files import limit_problem
 from evaluator.scenarios import LOOPS, DataError, Scenario, data_dir
 from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
 from evaluator.sensitivity import DELTA as SENSITIVITY_DELTA
@@ -81,6 +82,7 @@ __all__ = [
     "experiment_dirs",
     "from_inference_perf",
     "from_tracev2",
+    "limit_problem",
     "load_scenarios",
     "loss",
     "ordered_map",

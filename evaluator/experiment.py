@@ -127,7 +127,8 @@ def _number(row: dict, key: str, where: str, nullable: bool = False) -> float:
     val = row.get(key)
     if val is None and nullable:
         return float("nan")
-    if isinstance(val, bool) or not isinstance(val, (int, float)) or not np.isfinite(val):
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not (
+            -1e300 < val < 1e300):  # also NaN, inf and integers no float can hold
         raise DataError(f"{where}, field '{key}': missing or not a finite number")
     return float(val)
 

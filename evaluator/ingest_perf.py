@@ -40,8 +40,10 @@ from evaluator.ingest import (
     timeout_notes,
 )
 from evaluator.kv_memory import pool_note
-from evaluator.run_files import DataError, _read_json, read_request_rows
+from evaluator.run_files import DataError, _read_json, read_request_rows, read_yaml
 from evaluator.scenarios import Stage, _summary
+
+MAX_CONFIG_BYTES = 16 << 20  # profile.yaml and exp-config.yaml are a few KB
 
 _VLLM_KEYS = {"tp": ("tensor_parallelism", "tensor_parallel_size", "tensor-parallel-size"),
               "max_num_seqs": ("max_num_seqs", "max-num-seqs"),
@@ -51,16 +53,9 @@ _VLLM_KEYS = {"tp": ("tensor_parallelism", "tensor_parallel_size", "tensor-paral
 
 
 def _yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except OSError as exc:  # a directory where the file should be, no permission
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    except (yaml.YAMLError, UnicodeDecodeError):
-        raise DataError(f"{path}: not valid YAML or JSON") from None
+    """A config file (YAML or JSON) as a mapping; anything else, an invalid date or a
+    number past Python's digit limit included, is one line naming the file and field."""
+    doc = read_yaml(path, max_bytes=MAX_CONFIG_BYTES, what="config file")
     if not isinstance(doc, dict):
         raise DataError(f"{path}: expected a mapping")
     return doc

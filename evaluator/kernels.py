@@ -109,6 +109,8 @@ def _rows(path: Path, fields: tuple[str, ...]) -> list[dict[str, float]]:
         raise DataError(f"{path}: file not found") from None
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
+    except csv.Error as exc:  # e.g. a field past the csv module's size limit
+        raise DataError(f"{path}: not a readable CSV ({exc})") from None
     if len(out) < 2:
         raise DataError(f"{path}: fewer than 2 rows")
     return out

@@ -4,16 +4,29 @@ Why a module of its own: the bundled per-request files (``requests.json`` +
 ``ground_truth.json``) are read by two callers, the scenario loader and ``evolve ingest``
 of a bundled-format directory, and both must reject the same malformed rows with the
 same message. One reader keeps them from drifting apart.
+
+Every reader of a user's JSON or YAML file goes through :func:`_read_json` or
+:func:`read_yaml`, which turn what the parsers raise beyond their own errors into the
+same one-line :class:`DataError` naming the file and the field: a number of more than
+4,300 digits (Python's int-string limit, a ``ValueError``), nesting deeper than the
+interpreter's recursion limit (``RecursionError``), an invalid date in YAML
+(``created_at: 2026-02-30``), an overflow.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+_DEEP = 64  # opening brackets in a row that mark where a too-deep nesting starts
+_KEY = r"[\"']?([^\s\"':{}\[\],]+)[\"']?\s*:\s*"  # a key and its colon, JSON or YAML
 
 
 class DataError(ValueError):
@@ -23,13 +36,115 @@ class DataError(ValueError):
 def _read_json(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            text = fh.read()
+        return json.loads(text)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not valid JSON ({exc})") from None
     except OSError as exc:  # a directory where the file should be, no permission
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    except (ValueError, RecursionError, OverflowError) as exc:  # past the parser's limits
+        raise DataError(f"{path}: {limit_problem(exc, text)}") from None
+
+
+def limit_problem(exc: BaseException, text: str) -> str:
+    """What a JSON or YAML text holds that Python cannot read (``exc``: its ValueError,
+    RecursionError or OverflowError), naming the field where the text shows it."""
+    if isinstance(exc, RecursionError):
+        m = re.search(_KEY + r"(?:[\[{]\s*){" + str(_DEEP) + "}", text)
+        where = f"field '{m.group(1)}': " if m else ""
+        return (f"{where}nested too deeply (more than about {sys.getrecursionlimit()} "
+                "levels)")
+    limit = sys.get_int_max_str_digits() or 4300
+    m = re.search(_KEY + r"[-+]?[0-9]{" + str(limit + 1) + "}", text)
+    if m or "digits" in str(exc):
+        where = f"field '{m.group(1)}': " if m else ""
+        return f"{where}a number of more than {limit} digits (not a measured value)"
+    return f"unreadable value ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+
+
+def _line_field(text: str, line: int | None) -> str:
+    """The key on line ``line`` (0-based) of a YAML text, or ''."""
+    if line is None:
+        return ""
+    lines = text.splitlines()
+    m = re.match(r"\s*(?:-\s+)?[\"']?([^\"':#{}\[\],]+?)[\"']?\s*:(?:\s|$)",
+                 lines[line] if 0 <= line < len(lines) else "")
+    return m.group(1).strip() if m else ""
+
+
+@functools.cache
+def yaml_loader(strict: bool = False) -> type:
+    """PyYAML's safe loader, whose constructors' ``ValueError``/``OverflowError`` (an
+    invalid date such as 2026-02-30, an integer past Python's digit limit) become YAML
+    errors at the value's line; with ``strict``, a key given twice is refused (BLIS's
+    yaml.v3 does; PyYAML keeps the last), checked with a set (a list made a 1.6 MB header
+    of 100,000 keys take 491 s)."""
+    import yaml
+    from yaml.constructor import ConstructorError
+
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml parses 5x faster
+
+    class Loader(base):
+        def construct_object(self, node: Any, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep=deep)
+            except (ValueError, OverflowError) as exc:
+                value = str(getattr(node, "value", ""))[:40]
+                why = (f"a number of more than {sys.get_int_max_str_digits()} digits"
+                       if "digits" in str(exc) else f"invalid value {value!r} ({exc})")
+                raise ConstructorError(None, None, why, node.start_mark) from None
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            if strict and isinstance(node, yaml.MappingNode):
+                self.flatten_mapping(node)  # merge keys (<<) first, as SafeLoader does
+                seen: set[Any] = set()
+                for key_node, _value in node.value:
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        twice = key in seen
+                        seen.add(key)
+                    except TypeError:  # unhashable: the parent's to refuse, by name
+                        continue
+                    if twice:
+                        raise ConstructorError(None, None, f"key {key!r} given twice",
+                                               key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
+def read_yaml(path: Path, *, strict: bool = False, max_bytes: int | None = None,
+              what: str = "file") -> Any:
+    """A YAML (or JSON) file as Python values, or a one-line :class:`DataError` naming the
+    file, the line and the field; ``max_bytes`` refuses a larger file before parsing it."""
+    import yaml
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(-1 if max_bytes is None else max_bytes + 1)
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except OSError as exc:  # a directory where the file should be, no permission
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise DataError(f"{path}: larger than {max_bytes:,} bytes; a {what} is at most that")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: cannot read (not UTF-8 text: byte {exc.start})") from None
+    try:
+        return yaml.load(text, Loader=yaml_loader(strict))  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        field = _line_field(text, line)
+        where = (f", field '{field}'" if field else "") + (
+            f" (line {line + 1})" if line is not None else "")
+        why = getattr(exc, "problem", None)
+        raise DataError(f"{path}: not valid YAML{where}" + (f": {why}" if why else "")) from None
+    except (RecursionError, ValueError, OverflowError) as exc:
+        raise DataError(f"{path}: {limit_problem(exc, text)}") from None
 
 
 def _get(obj: Any, path: Path, dotted: str, kind: type | tuple[type, ...] = (int, float),

@@ -18,14 +18,16 @@ file, the row and the field.
 from __future__ import annotations
 
 import csv
-import functools
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from evaluator.run_files import read_yaml
 from evaluator.scenarios import DataError
 
 REQUIRED = (
@@ -55,6 +57,8 @@ HEADER_KEYS = {
 SERVER_KEYS = {"type": str, "model": str, "tensor_parallel": int, "max_num_seqs": int,
                "block_size": int, "gpu_memory_utilization": float, "max_model_len": int}
 TIME_UNITS = ("us", "microseconds", "µs")
+MAX_HEADER_BYTES = 256 << 10  # a header BLIS writes is under 1 KB; this much parses in < 1 s
+MAX_LINE_BYTES = 1 << 20  # a CSV line (characters); a request row is a few hundred
 # ASCII digits, as Go's strconv (\d takes any script's)
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -133,45 +137,25 @@ def _check_header(doc: Any, path: Path) -> dict[str, Any]:
     return doc
 
 
-@functools.cache
-def _strict_loader() -> type:
-    """PyYAML's safe loader, refusing a key given twice (BLIS's yaml.v3 does; PyYAML
-    silently keeps the last)."""
-    import yaml
-
-    class Strict(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            if isinstance(node, yaml.MappingNode):
-                self.flatten_mapping(node)  # merge keys (<<) first, as SafeLoader does
-                seen: list[Any] = []
-                for key_node, _value in node.value:
-                    key = self.construct_object(key_node, deep=deep)
-                    if key in seen:  # a list: an unhashable key is the parent's to refuse
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"key {key!r} given twice", key_node.start_mark)
-                    seen.append(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return Strict
-
-
 def read_header(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read ({exc})") from None
-    try:
-        doc = yaml.load(text, Loader=_strict_loader())  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        where = f" (line {line + 1})" if line is not None else ""
-        why = getattr(exc, "problem", None)
-        raise DataError(f"{path}: not valid YAML{where}" + (f": {why}" if why else "")) from None
+    """The header, read strictly (a key given twice is refused, as BLIS does) and bounded
+    (:data:`MAX_HEADER_BYTES`; linear in its size): ``evaluator.run_files.read_yaml``."""
+    doc = read_yaml(Path(path), strict=True, max_bytes=MAX_HEADER_BYTES,
+                    what="TraceV2 header")
     return _check_header({} if doc is None else doc, Path(path))
+
+
+def _lines(fh: Any, path: Path) -> Iterator[str]:
+    """The CSV's lines, each read with a bound (:data:`MAX_LINE_BYTES`): a longer line is
+    refused before it is held or split (one 200 MB row once took 2 GB to refuse)."""
+    for number in itertools.count(1):
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES:
+            raise DataError(f"{path}: line {number} is longer than {MAX_LINE_BYTES:,} "
+                            "characters (a request row is a few hundred)")
+        yield line
 
 
 def _parse_rows(reader, path: Path, cols: list[str], n_head: int) -> dict[str, list]:
@@ -190,7 +174,9 @@ def _parse_rows(reader, path: Path, cols: list[str], n_head: int) -> dict[str, l
                 if col == "think_time_us" and raw.strip() == "":
                     raw = "0"
                 if not _INT.fullmatch(raw):
-                    raise DataError(f"{where}, field '{col}': not an integer: {raw!r}")
+                    raise DataError(f"{where}, field '{col}': not an integer: {raw[:40]!r}")
+                if len(raw) > 20:  # past int64 (and int()'s 4,300-digit limit: ValueError)
+                    raise DataError(f"{where}, field '{col}': out of range: {len(raw)} digits")
                 val: Any = int(raw)
                 if not -(2**62) <= val <= 2**62:  # an int64 column, with room for sums
                     raise DataError(f"{where}, field '{col}': out of range: {raw}")
@@ -218,7 +204,7 @@ def read_tracev2(header_path: str | Path, data_path: str | Path) -> TraceV2:
     header = read_header(header_path)
     try:
         with open(data_path, encoding="utf-8", newline="") as fh:
-            reader = csv.reader(fh)
+            reader = csv.reader(_lines(fh, data_path))
             head = next(reader, None)
             if head is None:
                 raise DataError(f"{data_path}: empty file (no CSV header row)")

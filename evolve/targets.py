@@ -258,8 +258,11 @@ def read_constants(spec: str, program: Program, flag: str = "--constants",
         raise UserError(f"{where}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{where}: not JSON ({exc})") from None
-    except RecursionError:
-        raise UserError(f"{where}: JSON nested too deeply") from None
+    except (ValueError, RecursionError, OverflowError) as exc:  # past the parser's limits
+        from evaluator.api import limit_problem
+
+        text = spec if is_text else Path(spec).read_text(encoding="utf-8-sig")
+        raise UserError(f"{where}: {limit_problem(exc, text)}") from None
     if not isinstance(raw, dict) or not raw:
         raise UserError(f"{where}: expected a JSON object {{group: {{name: number}}}} "
                         "or {name: number}")
@@ -297,10 +300,12 @@ def scope_of(args: argparse.Namespace, groups: dict[str, Any], scenarios: Any,
         check_groups(groups, scenarios, f"--constants {args.constants}")
     scope = args.scope or (infer_scope(groups, scenarios) if groups else default)
     left = unmatched_runs(groups, scenarios, scope) if groups else []
-    if left:
-        print(f"note: no fitted constants for {', '.join(left)} (scope {scope}; groups "
-              f"{', '.join(sorted(groups))}): simulated at the program's declared values",
-              file=sys.stderr)
+    if left:  # group names come from an archive or a file: shown, never sent raw
+        from evolve.untrusted import printable
+
+        print(printable(f"note: no fitted constants for {', '.join(left)} (scope {scope}; "
+                        f"groups {', '.join(sorted(groups))}): simulated at the program's "
+                        "declared values"), file=sys.stderr)
     return scope
 
 

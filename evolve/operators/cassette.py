@@ -155,8 +155,10 @@ def parse_line(line: str) -> tuple[Any, str]:
     except json.JSONDecodeError as exc:
         at = "" if exc.msg.endswith(" at") else " at"  # "Invalid control character at"
         return None, f"not a JSON object (truncated?): {exc.msg}{at} column {exc.colno}"
-    except RecursionError:
-        return None, "not a cassette entry: nested too deeply"
+    except (ValueError, RecursionError, OverflowError) as exc:  # past the parser's limits
+        from evaluator.api import limit_problem
+
+        return None, f"not a cassette entry: {limit_problem(exc, line)}"
     return (None, problem) if problem else (entry, "")
 
 

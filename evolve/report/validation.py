@@ -127,7 +127,7 @@ def plots_note(directory: str | Path | None, targets: dict[str, Any]) -> str:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         pid = str(doc["program"])
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
         return (f"Which program these plots show is not recorded (no readable {PLOTS_OF}; "
                 "`evolve validate --out` writes it).")
     if pid not in targets:

@@ -150,7 +150,7 @@ class Journal:
             return None
         try:
             entry = json.loads(blob.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (ValueError, RecursionError):  # not what put_exchange wrote: not journaled
             return None
         with self._lock:
             self.hits += 1
