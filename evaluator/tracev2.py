@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluator.run_files import read_yaml
-from evaluator.scenarios import DataError
+from evaluator.run_files import DataError, read_yaml  # not scenarios: no numba to read a file
 
 REQUIRED = (
     "request_id", "client_id", "tenant_id", "slo_class", "session_id", "round_index",

@@ -80,6 +80,8 @@ class LLMServer:
         self.responder = responder
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []  # each request's Authorization header
+        self.paths: list[str] = []  # and its path with the query
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -145,9 +147,11 @@ def _handler_for(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": "not found"}})
 
         def do_POST(self) -> None:
+            server.auth.append(self.headers.get("Authorization"))
+            server.paths.append(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-            if not self.path.rstrip("/").endswith("/chat/completions"):
+            if not self.path.split("?")[0].rstrip("/").endswith("/chat/completions"):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
             reply = server._next(body)

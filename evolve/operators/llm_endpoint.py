@@ -244,13 +244,11 @@ def cap_reply(ex: Exchange, cap: int = MAX_REPLY_BYTES) -> Exchange:
     reply = ex.reply
     if reply is None or len(reply) * 4 <= cap:  # fits whatever the characters
         return ex
-    head = reply[:cap].encode("utf-8")  # at least cap bytes if the reply is longer
-    if len(head) <= cap and len(reply) <= cap:
+    data = reply.encode("utf-8", "surrogatepass")
+    if len(data) <= cap:
         return ex
-    n = len(reply.encode("utf-8")) if len(reply) < 4 * cap else None
-    cut = head[:cap].decode("utf-8", "ignore")
-    size = f"{n} bytes" if n is not None else f"{len(reply)} characters"
-    note = f"reply cut to {cap} bytes of {size} (llm.max_reply_bytes)"
+    cut = data[:cap].decode("utf-8", "ignore")  # a character cut in two is dropped
+    note = f"reply cut to {cap} bytes of {len(data)} bytes (llm.max_reply_bytes)"
     return dataclasses.replace(ex, reply=cut, error="; ".join(x for x in (ex.error, note) if x))
 
 
