@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from evolve.search.pareto import Frontier
     from evolve.search.selection import split_loss
+    from evolve.untrusted import printable
 
     with Archive(args.archive, create=False) as archive:
         rid = args.run if args.run is not None else archive.latest_run_id()
@@ -94,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
           f"{len(rows)} complexities, {n_front} on the frontier (F) (mean APE per split)")
     print(table(headers, body, right=range(2, len(headers))))
     if modes:  # archives record how each run was scored; say it
-        print("figures: " + "; ".join(f"{split} " + ", ".join(MODE_WORDS.get(m, m) for m in ms)
-                                      for split, ms in modes.items()))
+        print(printable("figures: " + "; ".join(  # modes are read from the archive
+            f"{split} " + ", ".join(MODE_WORDS.get(m, m) for m in ms)
+            for split, ms in modes.items())))
     if "teacher_forced" in modes.get("test", []) + modes.get("validate", []):
         print("  (teacher forced: the program's step times on the batches and queue of the "
               "run's corpora, so an overloaded run's queue is not the program's; "
