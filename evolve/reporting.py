@@ -16,6 +16,8 @@ from typing import Any
 from evolve.splits import SPLITS
 
 ID_LEN = 12
+# How output names an engine loop (config run.loop, --loop).
+LOOP_NAMES = {"vllm": "vLLM's engine loop", "blis": "BLIS's engine loop"}
 
 
 def short(pid: str | None) -> str:

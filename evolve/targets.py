@@ -28,17 +28,25 @@ def add_simulator_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-async-scheduling", action="store_true",
                         help="form each step when the previous one ends, not as it begins "
                              "(vLLM's async scheduling, the default; evaluator/simulator.py)")
+    parser.add_argument("--loop", choices=("vllm", "blis"),
+                        help="engine loop to simulate: vllm (v0.15.1, where the runs were "
+                             "measured) or blis (BLIS at the pinned commit, where an exported "
+                             "model runs; docs/blis.md). Default: the archived run's, else "
+                             "vllm")
 
 
 class SimulatorOptions(TypedDict):
     prompt_cache: bool
     async_scheduling: bool
+    loop: str
 
 
-def simulator_options(args: argparse.Namespace) -> SimulatorOptions:
-    """``add_simulator_flags``' values as the loader's keyword arguments."""
+def simulator_options(args: argparse.Namespace, loop: str | None = None) -> SimulatorOptions:
+    """``add_simulator_flags``' values as the loader's keyword arguments; ``loop``: the
+    engine loop when ``--loop`` is not given (an archived run's), else vllm."""
     return {"prompt_cache": not args.no_prompt_cache,
-            "async_scheduling": not args.no_async_scheduling}
+            "async_scheduling": not args.no_async_scheduling,
+            "loop": getattr(args, "loop", None) or loop or "vllm"}
 
 
 def on_all_cores(ev: Any) -> Any:
@@ -337,6 +345,14 @@ def check_groups(groups: dict[str, Any], scenarios: Any, where: str) -> None:
 
 def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]:
     """(program, constant groups, label) from a file, a seed name or the archive."""
+    program, groups, label, _loop = load_fitted(args)
+    return program, groups, label
+
+
+def load_fitted(args: argparse.Namespace
+                ) -> tuple[Program, dict[str, Any], str, str | None]:
+    """:func:`load_target` and the engine loop its constants were fitted in: the archived
+    run's ``run.loop`` (vllm for runs stored before the key), None for a program file."""
     from evolve.errors import ProgramError
     from evolve.language import parse_program
 
@@ -350,7 +366,7 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
             raise UserError(f"{path}: {exc}") from None
         no_run_for_file(getattr(args, "run", None), args.program)
         groups = read_constants(args.constants, program) if args.constants else {}
-        return program, groups, path.stem
+        return program, groups, path.stem, None
     from evolve.archive.store import Archive
 
     if getattr(args, "constants", None):
@@ -364,5 +380,7 @@ def load_target(args: argparse.Namespace) -> tuple[Program, dict[str, Any], str]
         if not evals:
             raise UserError(f"{args.archive}: program {pid[:12]} has no accepted evaluation")
         rows = ar.program(pid, evals[-1].run_id)
+        loop = str(((ar.run(evals[-1].run_id).config or {}).get("run") or {}).get(
+            "loop", "vllm"))
         program = parse_stored(rows[0].source, pid, f"archive {args.archive}")
-        return program, evals[-1].constants, pid[:12]
+        return program, evals[-1].constants, pid[:12], loop

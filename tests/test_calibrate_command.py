@@ -49,7 +49,7 @@ def test_calibrate_writes_what_export_go_reads(capsys, data_path, all_scenarios,
     assert "evolve export-go" in text and "new-34b" in text
     go = tmp_path / "m.go"
     assert main(["export-go", str(out / "program.py"), "--constants",
-                 str(out / "constants.json"), "-o", str(go)]) == 0
+                 str(out / "constants.json"), "--no-refit", "-o", str(go)]) == 0
     assert "func (m *" in go.read_text()
     # the same seed gives the same file
     again = tmp_path / "again"

@@ -242,7 +242,7 @@ def test_fit_saves_constants_that_export_go_reads(tmp_path, capsys, data_path):
     assert set(groups) == {"global"} and "ar_lat" in groups["global"]
     out = tmp_path / "transfer.go"
     assert main(["export-go", str(SEEDS_DIR / "transfer.py"), "--constants", str(saved),
-                 "-o", str(out)]) == 0
+                 "--no-refit", "-o", str(out)]) == 0
     assert repr(groups["global"]["ar_lat"])[:8] in out.read_text()
     capsys.readouterr()
     assert main(["fit", "transfer", "--data", str(data_path), "--save-constants",
@@ -262,7 +262,8 @@ def test_rule_for_an_unmeasured_model_fits_and_exports_by_seed_name(tmp_path, ca
     fitted = json.loads(saved.read_text())["global"]
     out = tmp_path / "layered.go"
     capsys.readouterr()
-    assert main(["export-go", "layered", "--constants", str(saved), "-o", str(out)]) == 0
+    assert main(["export-go", "layered", "--constants", str(saved), "--no-refit", "-o",
+                 str(out)]) == 0
     go = out.read_text()
     assert repr(fitted["per_layer_us"])[:8] in go and "maximum(memory, compute)" in go
     assert main(["export-go", "no_such_seed_or_id"]) != 0  # neither a seed nor an archive

@@ -173,9 +173,13 @@ def run(args: argparse.Namespace) -> int:
     print(table(["workload", "E2E s", "TTFT s", "decode ms", "failed",
                  "layered E2E s", "TTFT s", "decode ms", "failed"], rows,
                 right=tuple(range(1, 9))))
+    loop = ev.scenarios[0].loop
     print(f"wrote {out}/program.py, constants.json, calibration.json; for BLIS:\n"
           f"  evolve export-go {out}/program.py --constants {out}/constants.json "
-          f"-o latency_model.go")
+          f"--fitted-loop {loop} --no-refit -o latency_model.go")
+    if loop != "blis":  # a refit against the measured models would undo the calibration
+        print("note: calibrated in vLLM's engine loop; for stock BLIS calibrate with "
+              "--loop blis (docs/blis.md, 'The engine loop')")
     return 0
 
 

@@ -10,6 +10,7 @@ are read from the data directory's ``requests.json`` files when it is available.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from dataclasses import replace
@@ -49,11 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "commit, the default) or vllm (a BLIS with vLLM's async "
                              "scheduling); constants fitted in the other loop are refitted")
     parser.add_argument("--no-refit", action="store_true",
-                        help="export the constants as they are (the accuracy table is still "
-                             "computed in --loop's loop when data is there)")
+                        help="export the constants as they are, with no refit and no "
+                             "accuracy table (offline; for constants fitted in --loop's loop)")
     parser.add_argument("--fitted-loop", choices=("vllm", "blis"),
                         help="program-file mode: the loop --constants were fitted in "
                              "(default: vllm, `evolve fit`'s default)")
+    parser.add_argument("--save-constants", metavar="FILE",
+                        help="also write the exported constants as JSON {group: {name: "
+                             "value}} (what `evolve validate FILE --constants` reads)")
     parser.add_argument("--refit-evals", type=int, metavar="N",
                         help="closed-loop simulations per constant group in the refit "
                              "(default: the run's fit.polish_evals, 150)")
@@ -242,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.output:  # an unwritable path is found now, not after the work
         output_file(args.output, "-o")
+    if args.save_constants:
+        output_file(args.save_constants, "--save-constants")
     path = program_file(args.id)  # a file, or a seed name (as fit, validate, generalize)
     if path is not None:
         args.id = str(path)
@@ -249,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
         check_id_spec(args.id, args.archive)
     if args.refit_evals is not None and args.refit_evals < 0:
         raise UserError(f"--refit-evals {args.refit_evals}: must be an integer >= 0")
+    from evolve.reporting import LOOP_NAMES
+
     source = _from_file if path is not None else _from_archive
     prog, consts, scope, meta, stored, fitted = source(args)
     exp = _for_loop(args, prog, consts, scope, stored, fitted)
@@ -260,8 +268,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"constants: {exp.note}", file=sys.stderr)
         print("\n".join(notes), file=sys.stderr)
     else:
-        meta["Engine loop"] = (f"{fitted or 'none'} (the loop the constants were fitted in; "
-                               "no data directory to check them in BLIS's)")
+        meta["Engine loop"] = (f"{args.loop}: constants "
+                               + (f"fitted in {LOOP_NAMES[fitted]}" if fitted else
+                                  "declared by the program, not fitted")
+                               + (", exported as they are (--no-refit)" if args.no_refit else
+                                  "; no data directory to check them"))
     infos = group_infos(scope, sorted(consts), model_names(args.data))
     for item in args.alias:
         group, sep, name = item.partition("=")
@@ -279,6 +290,9 @@ def run(args: argparse.Namespace) -> int:
         text = export_go(prog, consts, scope, infos, meta, kernels, notes)
     except ExportError as exc:
         raise UserError(f"{args.id}: {exc}") from None
+    if args.save_constants:
+        write_file(args.save_constants, json.dumps(consts, indent=1, sort_keys=True) + "\n",
+                   "--save-constants")
     if args.output:
         write_file(args.output, text, "-o")
         print(f"wrote {args.output} ({prog.id[:12]}, {scope}: {', '.join(sorted(consts))})",
@@ -300,13 +314,15 @@ def _for_loop(args: argparse.Namespace, prog: Any, consts: dict, scope: str,
     from evolve.errors import UserError
     from evolve.export.for_loop import fitting_config, for_loop
 
-    needs_refit = not args.no_refit and fitted is not None and fitted != args.loop
+    if args.no_refit:
+        return None
+    needs_refit = fitted is not None and fitted != args.loop
     try:
         data_dir(args.data)
     except DataError as exc:
         if needs_refit or args.data is not None:
-            raise UserError(f"{exc}; the constants were fitted in {fitted}'s loop and are "
-                            f"refitted for {args.loop}'s against the measured runs (or pass "
+            raise UserError(f"{exc}; constants fitted in {fitted}'s engine loop are refitted "
+                            f"for {args.loop}'s against the measured runs (or pass "
                             "--no-refit)") from None
         return None
     print(f"{'refitting constants for' if needs_refit else 'scoring in'} {args.loop}'s "

@@ -122,7 +122,7 @@ def test_cli_pooled_export_says_what_an_unmeasured_model_gets(tmp_path, capsys):
     for scope, groups in (("pooled", ("llama-2-7b", "global")), ("per_model", ("llama-2-7b",))):
         consts = json.dumps({g: {"step": 2.5} for g in groups})
         assert main(["export-go", str(prog_file), "--constants", consts, "--scope", scope,
-                     "-o", str(tmp_path / "m.go")]) == 0
+                     "--no-refit", "-o", str(tmp_path / "m.go")]) == 0
         err = capsys.readouterr().err
         assert ("export the `layered` rule" in err) == (scope == "pooled"), err
 
@@ -137,7 +137,7 @@ def test_cli_standalone(tmp_path):
     consts = {"llama-2-7b": {n: 1.5 for n in prog.const_names}}
     out = tmp_path / "evolved.go"
     rc = main(["export-go", str(prog_file), "--constants", json.dumps(consts),
-               "--scope", "per_model", "-o", str(out)])
+               "--scope", "per_model", "--no-refit", "-o", str(out)])
     assert rc == 0
     text = out.read_text()
     assert type_prefix(prog.id) + "Model" in text
@@ -192,7 +192,8 @@ def test_cli_per_scenario_needs_one_group(tmp_path, capsys):
     prog_file = tmp_path / "prog.py"
     prog_file.write_text(OWN_PROGRAMS["constant_only"])
     consts = json.dumps({"run-a": {"step": 10.0}, "run-b": {"step": 20.0}})
-    args = ["export-go", str(prog_file), "--constants", consts, "--scope", "per_scenario"]
+    args = ["export-go", str(prog_file), "--constants", consts, "--scope", "per_scenario",
+            "--no-refit"]
     assert main(args) == 2
     assert "pick one scenario with --model" in capsys.readouterr().err
     assert main([*args, "--model", "run-b"]) == 0
@@ -224,7 +225,7 @@ def test_cli_from_archive(tmp_path, capsys):
                        operator="seed", corpus_version="abc", constants=consts,
                        metrics=metrics, loss=0.25, complexity=prog.complexity, n_evals=10,
                        status="accepted", reason="")])
-    assert main(["export-go", prog.id[:10], "--archive", str(db)]) == 0
+    assert main(["export-go", prog.id[:10], "--archive", str(db), "--no-refit"]) == 0
     text = capsys.readouterr().out
     assert "// Archive: a.db, run 1 (seed 7), generation 0, operator seed" in text
     assert "// Train loss: 0.25" in text
@@ -234,12 +235,12 @@ def test_cli_from_archive(tmp_path, capsys):
         in text
     assert '"meta-llama/llama-2-7b-hf"' in text  # aliases from the data directory
     assert main(["export-go", prog.id[:10], "--archive", str(db), "--model",
-                 "mistralai/Mixtral-8x7B-v0.1"]) == 0
+                 "mistralai/Mixtral-8x7B-v0.1", "--no-refit"]) == 0
     text = capsys.readouterr().out
     assert "Constant scope: per_model (mixtral-8x7b)" in text
     assert main(["export-go", "ffff", "--archive", str(db)]) == 2
     assert main(["export-go", prog.id[:10], "--archive", str(db), "--alias",
-                 "llama-2-7b=Acme/Llama-2-7B-Chat"]) == 0
+                 "llama-2-7b=Acme/Llama-2-7B-Chat", "--no-refit"]) == 0
     assert '"acme/llama-2-7b-chat", "llama-2-7b"' in capsys.readouterr().out
     assert main(["export-go", prog.id[:10], "--archive", str(db), "--alias", "x=y"]) == 2
     capsys.readouterr()

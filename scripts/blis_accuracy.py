@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Accuracy inside real BLIS: an exported program replayed on every measured run.
+
+Why: what a BLIS user gets is the exported Go model running in BLIS's own loop, and that
+is the accuracy that counts. This takes docs/blis.md's path end to end, as a user would:
+
+1. ``evolve export-go ARGS -o OUT/evolved.go --save-constants OUT/constants.json`` (ARGS
+   after ``--``: a program id with ``--archive``, or a file with ``--constants``; by
+   default export-go refits constants fitted in vLLM's loop for BLIS's);
+2. ``scripts/build_blis.py``: BLIS at the pinned commit with the model in it;
+3. per run, ``evolve export-trace RUN`` and the ``blis replay`` command it prints;
+4. BLIS's per-request results against the measured runs (mean E2E and TTFT of the
+   completed requests, failures = requests BLIS did not complete), and against evolve's
+   replica of BLIS's loop (``evolve validate ... --loop blis``, the same constants).
+
+    python scripts/blis_accuracy.py --out runs/blis -- bda4b959 --archive runs/s7.db
+    python scripts/blis_accuracy.py --out runs/blis --runs codegen --json -- layered \\
+        --constants l.json --fitted-loop blis
+
+Prints a table (``--json``: the figures) and writes them to ``OUT/accuracy.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+EVOLVE = [sys.executable, "-c", "import sys; from evolve.cli import main; sys.exit(main())"]
+
+
+def _run(argv: list[str], what: str, cwd: Path | None = None) -> str:
+    """Run ``argv``; its stdout, or exit naming ``what`` failed with its stderr's tail."""
+    res = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+    if res.returncode != 0:
+        sys.exit(f"blis_accuracy: {what} failed (exit {res.returncode}):\n"
+                 f"{res.stderr[-3000:]}{res.stdout[-1000:]}")
+    return res.stdout
+
+
+def export(out: Path, export_args: list[str], data: str | None) -> tuple[Path, Path, Path]:
+    """The Go file, its constants and the program's source (for ``evolve validate``)."""
+    go, consts, prog = out / "evolved.go", out / "constants.json", out / "program.py"
+    data_args = ["--data", data] if data else []
+    print(f"exporting: evolve export-go {shlex.join(export_args)}", file=sys.stderr)
+    res = subprocess.run([*EVOLVE, "export-go", *export_args, *data_args, "-o", str(go),
+                          "--save-constants", str(consts)], text=True, stderr=subprocess.PIPE)
+    sys.stderr.write(res.stderr)
+    if res.returncode != 0:
+        sys.exit(f"blis_accuracy: export-go failed (exit {res.returncode})")
+    text = go.read_text()
+    start = text.index("// Program source:") + len("// Program source:")
+    end = text.index("\npackage latency")
+    # the header holds the source as "// \t<line>" (go.py's _header; tabs as 4 spaces)
+    src = [ln[4:] if ln.startswith("// \t") else "" for ln in text[start:end].splitlines()]
+    prog.write_text("\n".join(src).strip("\n") + "\n")
+    return go, consts, prog
+
+
+def build(go: Path, out: Path) -> Path:
+    blis = out / "bin" / "blis"
+    blis.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    _run([sys.executable, str(ROOT / "scripts" / "build_blis.py"), "--model", str(go),
+          "--out", str(blis)], "build_blis.py")
+    print(f"built {blis} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return blis
+
+
+def replay(name: str, blis: Path, out: Path, data: str | None) -> dict[str, float]:
+    """BLIS's figures on one run: mean E2E / TTFT (s) of completed requests, failures."""
+    prefix = out / "traces" / name
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    data_args = ["--data", data] if data else []
+    cmd = _run([*EVOLVE, "export-trace", name, *data_args, "--out", str(prefix), "--blis",
+                str(blis), "--blis-dir", str(blis.parent)], f"export-trace {name}")
+    t0 = time.perf_counter()
+    _run(shlex.split(cmd.strip().splitlines()[-1]), f"blis replay {name}", cwd=out)
+    res = json.loads(Path(f"{prefix}.results.json").read_text())
+    n_req = sum(1 for _ in open(f"{prefix}.csv", encoding="utf-8")) - 1
+    e2e = [r["e2e_us"] for r in res]
+    ttft = [r["ttft_us"] for r in res]
+    return {"e2e_mean": float(np.mean(e2e)) / 1e6 if e2e else float("nan"),
+            "ttft_mean": float(np.mean(ttft)) / 1e6 if ttft else float("nan"),
+            "completed": len(res), "failures": float(n_req - len(res)),
+            "replay_s": time.perf_counter() - t0}
+
+
+def replica(prog: Path, consts: Path, data: str | None, names: list[str]) -> dict:
+    """``evolve validate --loop blis`` on the same constants: evolve's replica of BLIS."""
+    data_args = ["--data", data] if data else []
+    out = _run([*EVOLVE, "validate", str(prog), "--constants", str(consts), "--loop", "blis",
+                "--json", "--no-plots", *data_args], "evolve validate --loop blis")
+    runs = json.loads(out)["runs"]
+    return {n: runs[n] for n in names}
+
+
+def err(sim: float, meas: float) -> float:
+    return sim / meas - 1.0 if meas else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/blis"), help="work folder")
+    ap.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
+    ap.add_argument("--runs", nargs="*", default=[], metavar="PART",
+                    help="only runs whose name contains one of these (default: all)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("export_args", nargs=argparse.REMAINDER,
+                    help="after --: the arguments of `evolve export-go` (program, --archive...)")
+    args = ap.parse_args()
+    export_args = args.export_args[1:] if args.export_args[:1] == ["--"] else args.export_args
+    if not export_args:
+        ap.error("give the program to export after --, e.g. -- bda4b959 --archive a.db")
+    from evaluator.api import load_scenarios
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    scenarios = load_scenarios(args.data)
+    chosen = [s for s in scenarios if not args.runs or any(p in s.name for p in args.runs)]
+    go, consts, prog = export(args.out, export_args, args.data)
+    blis = build(go, args.out)
+    ours = replica(prog, consts, args.data, [s.name for s in chosen])
+    figures = {}
+    for sc in chosen:
+        b = replay(sc.name, blis, args.out, args.data)
+        meas = sc.measured.summary
+        m = ours[sc.name]
+        figures[sc.name] = {
+            "split": sc.split, "measured": {k: meas.get(k) for k in ("e2e_mean", "ttft_mean",
+                                                                     "failures")},
+            "blis": b, "replica": {k: m["pred"].get(k) for k in ("e2e_mean", "ttft_mean",
+                                                                  "failures")},
+            "blis_err": {k: err(b[k], meas[k]) for k in ("e2e_mean", "ttft_mean")},
+            "replica_vs_blis": {k: err(m["pred"][k], b[k]) if k in m["pred"] else None
+                                for k in ("e2e_mean", "ttft_mean")}}
+        f = figures[sc.name]
+        print(f"  {sc.name}: BLIS E2E {100 * f['blis_err']['e2e_mean']:+.1f} %, TTFT "
+              f"{100 * f['blis_err']['ttft_mean']:+.1f} % ({b['replay_s']:.0f} s)",
+              file=sys.stderr)
+    (args.out / "accuracy.json").write_text(json.dumps(figures, indent=1, sort_keys=True))
+    if args.json:
+        print(json.dumps(figures, indent=1, sort_keys=True))
+        return
+    print(f"{'run':34} {'split':8} {'E2E err':>8} {'TTFT err':>9} {'fail meas':>9} "
+          f"{'fail BLIS':>9} {'replica-BLIS E2E':>16} {'TTFT':>6}")
+    for name, f in figures.items():
+        rv = f["replica_vs_blis"]
+        print(f"{name[16:]:34} {f['split']:8} {100 * f['blis_err']['e2e_mean']:+7.1f}% "
+              f"{100 * f['blis_err']['ttft_mean']:+8.1f}% {f['measured']['failures']:9.0f} "
+              f"{f['blis']['failures']:9.0f} {_pct(rv['e2e_mean']):>16} "
+              f"{_pct(rv['ttft_mean']):>6}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.2f}%"
+
+
+if __name__ == "__main__":
+    main()
