@@ -8,7 +8,9 @@ everywhere, so one function decides each:
   password of ``user:password@`` becomes ``***``, and so does the value of every query or
   fragment parameter whose name says it holds one (``password``, ``passwd``, ``pwd``,
   ``pass``, ``sslpassword``, ``token``, ``access_token``, ``secret``, ``key``, ``api_key``,
-  ``apikey``, ``auth``, ``credential``, ``signature``... in any case). Used by every error
+  ``apikey``, ``auth``, ``credential``, ``signature``... in any case), and so does such a
+  parameter outside a URL (a server echoing a request path, ``password=`` of a libpq
+  connection string). Used by every error
   line and crash file (``evolve/cli.py``), log line, archive row (a run's stored
   configuration), report page and ``--print-config``. A bare ``user@`` is kept: it names
   an account, not a secret.
@@ -31,6 +33,11 @@ _USERINFO = re.compile(r"^([^:/@?#\s]*):([^?#\s]*)@")
 # a parameter of the query or fragment
 _PARAM = re.compile(r"([?&;#])([^=&;#?\s]*)=([^&;#\s]*)")
 _SECRET_NAME = re.compile(r"(?i)pass|pwd|token|secret|key|auth|credential|signature")
+# outside a URL (a server echoing a request's path, a libpq "password=..." string): a
+# parameter whose whole name says it holds a secret, after a separator
+_LOOSE_PARAM = re.compile(
+    r"(?i)(^|[\s?&;,(\[{\"'])((?:[a-z0-9]+[_.-])*(?:(?:ssl)?password|passwd|pwd|pass|token|"
+    r"secret|api-?key|apikey|key|auth|credentials?|signature))=([^\s&;#\"'<>,)\]}]+)")
 # what a terminal must not be sent: C0 but tab and newline, DEL, C1; bidirectional
 # marks, embeddings, overrides and isolates; the Unicode line and paragraph separators
 _CONTROL = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
@@ -47,10 +54,13 @@ def _mask_url(match: re.Match[str]) -> str:
 
 
 def mask_secrets(text: str) -> str:
-    """``text`` with the secrets of every URL in it replaced by ``***`` (module doc)."""
-    if "://" not in text:
-        return text
-    return _URL.sub(_mask_url, text)
+    """``text`` with the secrets of every URL in it replaced by ``***`` (module doc), and
+    of every ``password=``, ``token=``, ``api_key=``... parameter outside one."""
+    if "://" in text:
+        text = _URL.sub(_mask_url, text)
+    if "=" in text:
+        text = _LOOSE_PARAM.sub(lambda m: f"{m.group(1)}{m.group(2)}={MASK}", text)
+    return text
 
 
 def mask_values(value: object) -> object:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from evolve.operators.llm_config import MAX_REPLY_BYTES, LLMConfig
 from evolve.untrusted import mask_secrets, strip_userinfo
@@ -133,7 +134,8 @@ class Endpoint:
         self.cfg = cfg
         self._sleep = sleep
         self._openai = openai
-        self._client = openai.OpenAI(base_url=strip_userinfo(cfg.base_url),
+        base, query = endpoint_parts(cfg.base_url)
+        self._client = openai.OpenAI(base_url=base, default_query=query or None,
                                      api_key=cfg.api_key(), max_retries=0,
                                      timeout=cfg.timeout_s)
 
@@ -235,6 +237,15 @@ class Endpoint:
     def _failed(status: str, error: str, start: float, attempts: int) -> Exchange:
         return Exchange(status, None, None, 0, 0, round(time.monotonic() - start, 6),
                         attempts, mask_secrets(error))
+
+
+def endpoint_parts(url: str) -> tuple[str, dict[str, str]]:
+    """(base URL without ``user:password@`` and query, the query's parameters): the client
+    appends paths to the base, so a query (``?api-version=...``, a key some gateways take
+    there) is sent as parameters of every request instead."""
+    parts = urlsplit(strip_userinfo(url))
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit(parts._replace(query="", fragment="")), query
 
 
 def cap_reply(ex: Exchange, cap: int = MAX_REPLY_BYTES) -> Exchange:
