@@ -149,3 +149,21 @@ def test_on_frontier_marks_the_non_dominated_hall_of_fame_rows():
     # archives from before the hall of fame stored the frontier alone: all of it is on it
     assert on_frontier([hall[0], hall[1], hall[4]]) == [True, True, True]
     assert on_frontier([]) == []
+
+
+@pytest.mark.parametrize("url", ["postgresql://u@h:abc/db?password=pw",
+                                 "postgresql://u@h:99999/db?password=pw"])
+def test_an_archive_url_with_a_bad_port_is_one_line_without_its_password(url):
+    with pytest.raises(ArchiveError, match=r"password=\*\*\*.*not an archive") as info:
+        Archive(url, create=False)
+    assert "pw" not in str(info.value).replace("password", "") and "\n" not in str(info.value)
+
+
+def test_ids_that_are_no_ids_are_refused_on_read(tmp_path):
+    with Archive(tmp_path / "a.db") as a:
+        rid = a.create_run(0, {"llm": {"base_url": "http://u:pw@h/v1?api_key=pw"}}, {}, None)
+        a.commit_generation(rid, 0, [_program(rid, "../../x")])
+        assert a.run(rid).config["llm"]["base_url"] == "http://u:***@h/v1?api_key=***"
+        with pytest.raises(ArchiveError, match=r"programs\.id holds '\.\./\.\./x', not a "
+                                               r"program id \(64 hex digits\)"):
+            a.programs(rid)
