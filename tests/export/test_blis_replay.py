@@ -9,7 +9,8 @@ it with the printed command, and compare with ``evolve validate`` on the same sl
 ``--no-async-scheduling``). Mean E2E must agree within 0.5 %; BLIS's TTFT is ours plus
 ``output_token_us`` (docs/blis.md, difference 6), within 1 %.
 
-Needs the BLIS git mirror (``$EVOLVE_BLIS_GIT``), Go, Debian's golang-*-dev packages
+Needs BLIS's source (``require_blis``: ``$EVOLVE_BLIS_GIT``, ``../shared/blis/*.tar.gz`` or
+the cache clone), Go, Debian's golang-*-dev packages
 (``scripts/build_blis.py`` names them) and the bundled runs; otherwise it fails and says
 which is missing (``EVOLVE_SKIP_BLIS=1`` / ``EVOLVE_SKIP_GO=1`` skip it on purpose).
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from needs import BLIS_GIT, missing, require_blis, require_go
+from needs import build_blis, missing, require_blis, require_go
 
 from evolve.cli import main
 from evolve.export.go import BLIS_COMMIT
@@ -56,25 +57,20 @@ CONSTS = {"llama-2-7b": {"s1": 0.77, "per_req_us": 111.0, "per_step_us": 6950.0,
                          "output_token_us": 80.7}}  # teacher-forced fit, 7B runs' first 300 s
 
 
-def _require_parts() -> str:
-    """Go, the BLIS copy at the pinned commit and the Debian Go libraries; returns go."""
+def _require_parts() -> tuple[str, Path]:
+    """Go, BLIS's source at the pinned commit and the Debian Go libraries."""
     go = require_go()
-    require_blis(BLIS_COMMIT)
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from build_blis import missing_libs
-    finally:
-        sys.path.pop(0)
-    lacking = missing_libs()
+    source = require_blis(BLIS_COMMIT)
+    lacking = build_blis.missing_libs()
     if lacking:
         missing("Debian Go libraries missing", "EVOLVE_SKIP_BLIS",
                 f"apt-get install {' '.join(lacking)} (scripts/ci_setup_blis.sh)")
-    return go
+    return go, source
 
 
 @pytest.mark.real_data
 def test_blis_replay_agrees_with_evolve_validate(tmp_path, data_path, capsys):
-    go = _require_parts()
+    go, source = _require_parts()
     prog, consts = tmp_path / "champion.py", tmp_path / "consts.json"
     prog.write_text(PROGRAM)
     consts.write_text(json.dumps(CONSTS))
@@ -83,8 +79,8 @@ def test_blis_replay_agrees_with_evolve_validate(tmp_path, data_path, capsys):
                  "--data", str(data_path), "-o", str(go_file)]) == 0
     blis.parent.mkdir()
     env = dict(os.environ, GO=go)
-    build = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_blis.py"), "--git",
-                            str(BLIS_GIT), "--model", str(go_file), "--out", str(blis)],
+    build = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_blis.py"), "--source",
+                            str(source), "--model", str(go_file), "--out", str(blis)],
                            capture_output=True, text=True, env=env)
     assert build.returncode == 0, build.stdout + build.stderr
 

@@ -2,8 +2,9 @@
 pinned commit, registered with the edits ``docs/blis.md`` prescribes, and BLIS's own
 ``latency.NewLatencyModel`` then returns step times equal to the numpy program's.
 
-Needs a git copy of BLIS (``$EVOLVE_BLIS_GIT``, default the local mirror) holding the pinned
-commit, and Go; otherwise it fails and says what to fetch (``EVOLVE_SKIP_BLIS=1`` or
+Needs BLIS's source at the pinned commit (``tests/needs.py`` ``require_blis``: a tarball or
+git copy, ``$EVOLVE_BLIS_GIT``, else ``../shared/blis/*.tar.gz``, else the cache clone) and
+Go; otherwise it fails and says what to get (``EVOLVE_SKIP_BLIS=1`` or
 ``EVOLVE_SKIP_GO=1`` skip it on purpose). BLIS's two third-party imports in these
 packages (logrus, yaml.v3) are replaced by tiny local stubs so nothing is downloaded; the
 rest is BLIS's code unchanged apart from the documented registration.
@@ -11,13 +12,11 @@ rest is BLIS's code unchanged apart from the documented registration.
 
 from __future__ import annotations
 
-import io
 import subprocess
-import tarfile
 from pathlib import Path
 
 import numpy as np
-from needs import BLIS_GIT, require_blis, require_go
+from needs import build_blis, require_blis, require_go
 
 from evaluator.components import compute_features
 from evolve.codegen import step_model
@@ -97,11 +96,8 @@ BATCHES = [[(1, 700, 600), (1, 2000, 1999), (512, 0, 3000)], [(1, 4000, 10)] * 1
            [(2048, 1024, 4000)], [(17, 100, 117), (1, 117, 117)]]
 
 
-def _extract(dest: Path) -> None:
-    tar = subprocess.run(["git", "-C", str(BLIS_GIT), "archive", "--format=tar", BLIS_COMMIT,
-                          "sim"], capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
-        tf.extractall(dest, filter="data")
+def _extract(source: Path, dest: Path) -> None:
+    build_blis.extract(source, dest, BLIS_COMMIT, ["sim"])
     for test in dest.rglob("*_test.go"):  # BLIS's tests need testify; not run here
         test.unlink()
 
@@ -114,8 +110,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_drop_into_real_blis(tmp_path):
     go = require_go()
-    require_blis(BLIS_COMMIT)
-    _extract(tmp_path)
+    _extract(require_blis(BLIS_COMMIT), tmp_path)
     stub_lines = []
     for d, (mod, src) in STUBS.items():
         (tmp_path / "_stubs" / d).mkdir(parents=True)
