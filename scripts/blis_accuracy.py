@@ -17,6 +17,12 @@ is the accuracy that counts. This takes docs/blis.md's path end to end, as a use
     python scripts/blis_accuracy.py --out runs/blis --runs codegen --json -- layered \\
         --constants l.json --fitted-loop blis
 
+``--lomo``: the same for a model nobody measured, model by model as ``evolve generalize
+--mode lomo`` holds it out: the arguments after ``--`` go to ``evolve generalize PROGRAM
+--mode lomo --loop blis`` (e.g. ``layered --polish-evals 0``), each fold's constants are
+exported (fitted in BLIS's loop, no refit), built into BLIS and replayed on the runs of the
+model the fold never saw.
+
 Prints a table (``--json``: the figures) and writes them to ``OUT/accuracy.json``.
 """
 
@@ -74,7 +80,8 @@ def build(go: Path, out: Path) -> Path:
     return blis
 
 
-def replay(name: str, blis: Path, out: Path, data: str | None) -> dict[str, float]:
+def replay(name: str, n_req: int, blis: Path, out: Path, data: str | None
+           ) -> dict[str, float]:
     """BLIS's figures on one run: mean E2E / TTFT (s) of completed requests, failures."""
     prefix = out / "traces" / name
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +91,6 @@ def replay(name: str, blis: Path, out: Path, data: str | None) -> dict[str, floa
     t0 = time.perf_counter()
     _run(shlex.split(cmd.strip().splitlines()[-1]), f"blis replay {name}", cwd=out)
     res = json.loads(Path(f"{prefix}.results.json").read_text())
-    n_req = sum(1 for _ in open(f"{prefix}.csv", encoding="utf-8")) - 1
     e2e = [r["e2e_us"] for r in res]
     ttft = [r["ttft_us"] for r in res]
     return {"e2e_mean": float(np.mean(e2e)) / 1e6 if e2e else float("nan"),
@@ -102,6 +108,17 @@ def replica(prog: Path, consts: Path, data: str | None, names: list[str]) -> dic
     return {n: runs[n] for n in names}
 
 
+def lomo_folds(out: Path, gen_args: list[str], data: str | None) -> tuple[str, dict]:
+    """``evolve generalize ... --mode lomo --loop blis --json``: (program, {model: groups})."""
+    data_args = ["--data", data] if data else []
+    print(f"folds: evolve generalize {shlex.join(gen_args)} --mode lomo --loop blis",
+          file=sys.stderr)
+    doc = json.loads(_run([*EVOLVE, "generalize", *gen_args, "--mode", "lomo", "--loop",
+                           "blis", "--json", *data_args], "evolve generalize"))
+    (out / "lomo.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    return gen_args[0], doc["constants"]
+
+
 def err(sim: float, meas: float) -> float:
     return sim / meas - 1.0 if meas else float("nan")
 
@@ -113,6 +130,8 @@ def main() -> None:
     ap.add_argument("--runs", nargs="*", default=[], metavar="PART",
                     help="only runs whose name contains one of these (default: all)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--lomo", action="store_true",
+                    help="leave one model out: the arguments after -- are evolve generalize's")
     ap.add_argument("export_args", nargs=argparse.REMAINDER,
                     help="after --: the arguments of `evolve export-go` (program, --archive...)")
     args = ap.parse_args()
@@ -124,12 +143,37 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios = load_scenarios(args.data)
     chosen = [s for s in scenarios if not args.runs or any(p in s.name for p in args.runs)]
-    go, consts, prog = export(args.out, export_args, args.data)
-    blis = build(go, args.out)
-    ours = replica(prog, consts, args.data, [s.name for s in chosen])
+    if args.lomo:
+        spec, folds = lomo_folds(args.out, export_args, args.data)
+        jobs = []
+        for model, groups in sorted(folds.items()):
+            fold = args.out / f"fold-{model}"
+            fold.mkdir(exist_ok=True)
+            (fold / "fold.json").write_text(json.dumps(groups))
+            scope = "global" if list(groups) == ["global"] else "pooled"
+            jobs.append((fold, [spec, "--constants", str(fold / "fold.json"), "--scope", scope,
+                                "--fitted-loop", "blis", "--no-refit"],
+                         [s for s in chosen if s.model == model]))
+    else:
+        jobs = [(args.out, export_args, chosen)]
     figures = {}
-    for sc in chosen:
-        b = replay(sc.name, blis, args.out, args.data)
+    for work, ex_args, runs in jobs:
+        go, consts, prog = export(work, ex_args, args.data)
+        blis = build(go, work)
+        ours = replica(prog, consts, args.data, [s.name for s in runs])
+        figures.update(compare(runs, blis, work, args.data, ours))
+    (args.out / "accuracy.json").write_text(json.dumps(figures, indent=1, sort_keys=True))
+    if args.json:
+        print(json.dumps(figures, indent=1, sort_keys=True))
+        return
+    print_table(figures)
+
+
+def compare(runs: list, blis: Path, work: Path, data: str | None, ours: dict) -> dict:
+    """Per run: BLIS against the measurements and against evolve's replica."""
+    figures = {}
+    for sc in runs:
+        b = replay(sc.name, sc.n_requests, blis, work, data)
         meas = sc.measured.summary
         m = ours[sc.name]
         figures[sc.name] = {
@@ -144,10 +188,10 @@ def main() -> None:
         print(f"  {sc.name}: BLIS E2E {100 * f['blis_err']['e2e_mean']:+.1f} %, TTFT "
               f"{100 * f['blis_err']['ttft_mean']:+.1f} % ({b['replay_s']:.0f} s)",
               file=sys.stderr)
-    (args.out / "accuracy.json").write_text(json.dumps(figures, indent=1, sort_keys=True))
-    if args.json:
-        print(json.dumps(figures, indent=1, sort_keys=True))
-        return
+    return figures
+
+
+def print_table(figures: dict) -> None:
     print(f"{'run':34} {'split':8} {'E2E err':>8} {'TTFT err':>9} {'fail meas':>9} "
           f"{'fail BLIS':>9} {'replica-BLIS E2E':>16} {'TTFT':>6}")
     for name, f in figures.items():
