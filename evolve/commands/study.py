@@ -184,6 +184,8 @@ def _reusable(args: argparse.Namespace, out: Path, stamp: str) -> None:
 def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
               stamp: str = "") -> dict[str, Any]:
     """Search, then validate the pick, in subprocesses; returns the validation."""
+    from evolve.untrusted import mask_secrets  # the log names the archive: no password
+
     res_path, log_path = out / f"seed-{seed}.json", out / f"seed-{seed}.log"
     if res_path.exists():  # done by an earlier study (with these settings: _reusable)
         return dict(json.loads(res_path.read_text()), reused=True)
@@ -196,7 +198,7 @@ def _run_seed(args: argparse.Namespace, seed: int, out: Path, ray_address: str,
         earlier = _earlier_run(archive, seed, finished=not args.archive) \
             if args.archive or Path(archive).exists() else None
         if earlier is not None:  # an earlier attempt of this seed: continue it
-            log.write(f"--- seed {seed}: resuming run {earlier} of {archive}\n")
+            log.write(f"--- seed {seed}: resuming run {earlier} of {mask_secrets(archive)}\n")
             log.flush()
             done = _CHILDREN.run(_cli(*_run_argv(args, seed, archive, ray_address, earlier)),
                                  stdout=subprocess.PIPE, stderr=log, text=True)
