@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(out)
         return 0
     if not out:
-        print(f"{args.archive}: no runs")
+        from evolve.untrusted import mask_secrets
+
+        print(f"{mask_secrets(args.archive)}: no runs")  # a server URL: its password masked
         return 0
     headers = ["run", "seed", "status", "gens", "operator", "programs", "best loss", "best",
                "pick", "created (UTC)", "code"]
