@@ -1,19 +1,21 @@
-"""Regenerate the README's results: the pick, the seed study and the held-out tables.
+"""Regenerate the results: the README's held-out table and every table of docs/results.md.
 
 Usage::
 
     python scripts/results.py [--seeds 7 1 2 3 4] [--generations 60] [--jobs 2]
-                              [--out runs/results] [--readme README.md] [--config F]
+                              [--out runs/results] [--readme README.md]
+                              [--docs docs/results.md] [--config F]
 
 Runs (or reuses, from ``--out``) one ``evolve run`` per seed, validates each seed's pick
 closed loop on all 16 runs and runs ``evolve generalize`` on it (LOMO, calibrated to the
 rule and with the pick's own global set, and LOWO), runs
 ``evolve baselines`` and the LOMO of the ``layered`` seed (docs/selection.md's rule for a
 model nobody measured: one global set, refitted without each model, fitting seeds 7, 1, 2, 3, 4);
-then rewrites the README between the markers
-``<!-- results:begin -->`` and ``<!-- results:end -->``, with the picked program's source
-printed above the tables. Nothing in the tables is typed by hand; delete ``--out`` to
-recompute everything. Every command is the public CLI, so the figures are what a user gets.
+then rewrites, between the markers ``<!-- results:begin -->`` and ``<!-- results:end -->``,
+the README's one held-out table (``render_readme``) and docs/results.md's full tables, the
+picked program's source printed above them (``render``). Nothing in the tables is typed
+by hand; delete ``--out`` to recompute everything. Every command is the public CLI, so the
+figures are what a user gets.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_render import render
+from results_render import render, render_readme
 
 RULE_SEEDS = (7, 1, 2, 3, 4)  # fitting seeds of the rule's LOMO: the search seeds of issue 11
 RULE_ARGS = ("--mode", "lomo", "--polish-evals", "0")  # docs/selection.md: no closed-loop polish
@@ -82,6 +84,17 @@ def one_seed(seed: int, args: argparse.Namespace, workers: int) -> dict[str, Any
     return {**run, "validate": val, "held": held}
 
 
+def write_block(path: Path, text: str) -> None:
+    """Replace what stands between the results markers of ``path`` with ``text``."""
+    body = path.read_text()
+    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
+    if begin not in body or end not in body:
+        raise SystemExit(f"{path}: markers {begin} / {end} not found")
+    head, rest = body.split(begin, 1)
+    _old, tail = rest.split(end, 1)
+    path.write_text(head + begin + "\n" + text + "\n" + end + tail)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[7, 1, 2, 3, 4])
@@ -90,6 +103,7 @@ def main() -> int:
     ap.add_argument("--config", default=None)
     ap.add_argument("--out", default="runs/results")
     ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--docs", default="docs/results.md", help="the page of every table")
     ap.add_argument("--no-heldout", action="store_true", help="skip LOMO/LOWO")
     args = ap.parse_args()
     out = Path(args.out)
@@ -105,21 +119,14 @@ def main() -> int:
         held["rule"] = [cached(out / f"layered.lomo.seed-{fs}.json", lambda fs=fs: json.loads(
             cli("generalize", "layered", *RULE_ARGS, "--seed", str(fs), "--json")))
             for fs in RULE_SEEDS]
-    text = render(seeds, base, held, args)
-    readme = Path(args.readme)
-    body = readme.read_text()
-    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
-    if begin not in body or end not in body:
-        raise SystemExit(f"{readme}: markers {begin} / {end} not found")
-    head, rest = body.split(begin, 1)
-    _old, tail = rest.split(end, 1)
-    readme.write_text(head + begin + "\n" + text + "\n" + end + tail)
+    write_block(Path(args.docs), render(seeds, base, held, args))
+    write_block(Path(args.readme), render_readme(seeds, held, args))
     (out / "summary.json").write_text(json.dumps(
         {"seeds": [s["seed"] for s in seeds], "picks": [s["pick"] for s in seeds],
          "median_e2e": {n: float(np.median([100 * s["validate"]["runs"][n]["ape"]["e2e_mean"]
                                             for s in seeds]))
                         for n in sorted(first["validate"]["runs"])}}, indent=1))
-    print(f"wrote {readme}", file=sys.stderr)
+    print(f"wrote {args.readme} and {args.docs}", file=sys.stderr)
     return 0
 
 

@@ -1,4 +1,6 @@
-"""Markdown for the README's results section, from the JSON that scripts/results.py gathers.
+"""Markdown for the results, from the JSON that scripts/results.py gathers: one compact
+held-out table for the README (:func:`render_readme`) and every table for the docs page
+``docs/results.md`` (:func:`render`).
 
 Kept apart from the runner so the tables can be re-rendered from cached results without
 recomputing anything (``python scripts/results.py`` reuses ``--out``).
@@ -206,4 +208,54 @@ def render(seeds: list[dict[str, Any]], base: dict[str, Any], held: dict[str, An
                 f"{short(n)} {pct(m, 'e2e_mean'):.1f} / {pct(m, 'ttft_mean'):.1f} / "
                 f"{pct(m, 'itl_mean'):.1f}{_knee(knees.get(n))}"
                 for n, m in sorted(fr.items())) + " |")
+    return "\n".join(out)
+
+
+SPLIT_ORDER = {"test": 0, "validate": 1, "train": 2}  # held-out runs first
+PAGE = "docs/results.md"
+
+
+def _held_out(result: dict[str, Any] | None, name: str) -> str:
+    """The run's mean-E2E APE in the fold that held it out, or '-'."""
+    for fold in (result or {}).get("folds", {}).values():
+        if name in fold:
+            return f"{pct(fold[name], 'e2e_mean'):.1f}"
+    return "-"
+
+
+def render_readme(seeds: list[dict[str, Any]], held: dict[str, Any], args: Any,
+                  page: str = PAGE) -> str:
+    """The README's one table: the first seed's pick on every run, held-out runs first,
+    with the run's error when its model or its workload was held out of the fit."""
+    first = seeds[0]
+    runs = first["validate"]["runs"]
+    order = sorted(runs, key=lambda n: (SPLIT_ORDER.get(runs[n]["split"], 3),
+                                        list(runs).index(n)))
+    out = [f"Error of the pick of seed {first['seed']} (`{first['pick'][:12]}`, "
+           f"{args.generations} generations) on every measured run, simulated closed loop: "
+           "absolute percentage error of the run's mean (APE, %); test and validate runs "
+           "were never fitted. *Model held out* / "
+           "*workload held out*: the run's mean E2E when its model / its workload was left "
+           "out of the fit (`evolve generalize --mode lomo` / `lowo`).", "",
+           "| run | split | mean E2E | mean TTFT | decode | timeouts sim / meas "
+           "| model held out | workload held out |",
+           "|---|---|---|---|---|---|---|---|"]
+    for name in order:
+        m = runs[name]
+        cells = [short(name), m["split"]] + [f"{pct(m, k):.1f}" for k, _ in KEYS[:3]]
+        cells.append(f"{m['pred'].get('failures', 0):.0f} / "
+                     f"{m['meas'].get('failures', 0):.0f}")
+        cells += [_held_out(held.get("lomo"), name), _held_out(held.get("lowo"), name)]
+        out.append("| " + " | ".join(cells) + " |")
+    normal = [n for n in runs if "reasoning" not in n]
+    n3 = sum(pct(runs[n], "e2e_mean") <= 3 for n in normal)
+    summary = [f"{n3} of {len(normal)} normal runs within 3 % mean E2E"]
+    for mode, what in (("lomo", "by model"), ("lowo", "by workload")):
+        if held.get(mode):
+            k, total = within(held[mode])
+            summary.append(f"held out {what}, {k} of {total} within 10 %")
+    others = len(seeds) - 1
+    out += ["", "This pick: " + "; ".join(summary) + ". "
+            + (f"The {others} other seeds' picks and their spread, " if others else "")
+            + f"the published baselines, the program and the targets: [{page}]({page})."]
     return "\n".join(out)

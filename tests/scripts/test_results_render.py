@@ -1,5 +1,6 @@
-"""The README's results section is rendered from gathered JSON, never typed: the target
-lines must follow the numbers (scripts/results_render.py)."""
+"""The results (the README's held-out table, docs/results.md's tables) are rendered from
+gathered JSON, never typed: the target lines must follow the numbers
+(scripts/results_render.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from results_render import render, within
+from results_render import render, render_readme, within
 
 RUNS = {"a-general": ("train", 0.02), "a-reasoning": ("test", 0.40),
         "b-general": ("validate", 0.05), "b-reasoning": ("validate", 0.10)}
@@ -104,3 +105,20 @@ def test_held_out_runs_at_a_knee_are_marked():
     assert "a-general 1.0 / 1.0 / 1.0 (knee x3.4)" in lowo
     assert "b-general 1.0 / 1.0 / 1.0 |" in lowo  # 1.0x: no mark
     assert "(knee" not in text.split("**Leave-one-workload-out**")[0]
+
+
+def test_the_readme_table_puts_held_out_runs_first_with_short_cells():
+    seeds = [_seed(7, 1.0, 0.05), _seed(1, 1.0, 0.5)]
+    held = seeds[0]["held"]
+    text = render_readme(seeds, held, argparse.Namespace(seeds=[7, 1], generations=60))
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0].startswith("| run | split | mean E2E |")
+    assert [r.split(" | ")[1] for r in rows[1:]] == ["test", "validate", "validate", "train"]
+    a_general = next(r for r in rows if r.startswith("| a-general"))
+    # the run's own error, then its error with its model / its workload held out
+    assert a_general.split(" | ")[2:] == ["2.0", "2.0", "2.0", "0 / 0", "5.0", "1.0 |"]
+    a_reasoning = next(r for r in rows if r.startswith("| a-reasoning"))
+    assert a_reasoning.endswith("| 1.0 | - |")  # reasoning runs: no workload fold
+    assert all(len(cell) <= 200 for r in rows for cell in r.split("|"))
+    assert "[docs/results.md](docs/results.md)" in text
+    assert "held out by model, 2 of 2 within 10 %" in text
