@@ -44,9 +44,9 @@ class LoopExport:
                 return f"the program's declared values, not fitted; accuracy in {where}"
             return f"fitted in {LOOP_NAMES[self.fitted_loop]}, exported as they are"
         r = self.refit
-        how = (f"refitted closed loop in {where} from constants fitted in "
-               f"{LOOP_NAMES[self.fitted_loop or 'vllm']} ({r.n_evals} simulations, seed from "
-               f"the program id)")
+        how = (f"refitted in {where} from constants fitted in "
+               f"{LOOP_NAMES[self.fitted_loop or 'vllm']} (teacher-forced fits and a "
+               f"closed-loop polish, {r.n_evals} evaluations, seeded by the program id)")
         if r.kept_start:
             return (f"{how}: no refit beat them (training loss {r.start_train_loss:.4f}); "
                     "exported as they were")
@@ -90,7 +90,8 @@ def for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], scope:
             evals=cfg.fit.polish_evals if evals is None else evals,
             pool_strength=cfg.fit.pool_strength, prior_strength=cfg.fit.prior_strength,
             probes=probes, slice_seconds=cfg.fit.slice_seconds,
-            warmup_seconds=cfg.fit.slice_warmup_seconds, log=log)
+            warmup_seconds=cfg.fit.slice_warmup_seconds, tf_evals=cfg.fit.max_evals,
+            tf_restarts=cfg.fit.restarts, tf_starts=cfg.fit.starts, log=log)
         out.groups, out.metrics = out.refit.groups, out.refit.metrics
     else:
         out.metrics = score_in_loop(program, groups, scope, ev)

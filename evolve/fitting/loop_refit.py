@@ -1,14 +1,15 @@
-"""Refit a program's constants for the engine loop it will run in (BLIS's), closed loop.
+"""Refit a program's constants for the engine loop it will run in (BLIS's).
 
 Why: constants fitted in vLLM's loop price a step of async-scheduling delay into TTFT that
 BLIS's loop (no async scheduling, TTFT + ``OutputTokenProcessingTime``) does not have;
 exported as they were, the pick's mean TTFT inside real BLIS came out 31-38 % low. So an
-export refits them against the *measured* runs simulated in the target loop, by the
-search's polish rules (closed-loop CMA-ES on the training runs' stage slices, the run's
-scope, pool and prior strengths, physics probes and budget), from the fitted constants,
-seeded by the program id: the same program and constants always export the same file.
-Every constant takes part (``queueing_time``'s, ``output_token_us``, ``post_decode_us``,
-the step time's); nothing is offset by hand.
+export refits them against the *measured* runs simulated in the target loop, as the search
+fits a child (teacher-forced fits on the batches the program forms there, judged closed
+loop) and polishes its pick (closed-loop CMA-ES on the stage slices), with the run's scope,
+pool and prior strengths, physics probes and budgets, seeded by the program id: the same
+program and constants always export the same file. Every constant takes part
+(``queueing_time``'s, ``output_token_us``, ``post_decode_us``, the step time's); nothing
+is offset by hand.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 from evaluator.api import Evaluator, ProbeBatches, RunMetrics, loss
 from evolve.codegen import step_model
-from evolve.fitting.bounds import FitResult, const_map
+from evolve.fitting.bounds import const_map
 from evolve.fitting.closed_loop import closed_loop_fit
 from evolve.language import Program
 
@@ -50,46 +51,61 @@ def refit_for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], 
                    evals: int, pool_strength: float, prior_strength: float,
                    probes: Mapping[str, ProbeBatches] | None = None,
                    slice_seconds: float = 120.0, warmup_seconds: float = 30.0,
+                   tf_evals: int = 300, tf_restarts: int = 1, tf_starts: int = 3,
                    log: Callable[[str], None] | None = None) -> LoopRefit:
-    """Refit ``groups`` closed loop in ``ev``'s engine loop; score every run there.
+    """Refit ``groups`` in ``ev``'s engine loop as the search fits a child; score every run.
 
-    ``train``: the training runs (the loss that decides); ``sliced``: those of them the
-    closed-loop fit simulates in stage slices (the search's rule). Scope ``pooled``: the
-    ``global`` set (what a model nobody measured gets) is refitted first as one global
-    set on every sliced run, towards the program's declared values, then each model's
-    set towards it, as the search's pooled fit shrinks them. The refit is kept only if
-    its training loss (whole runs, closed loop) beats its start's.
+    The search's procedure, in the target loop: the runs are simulated at the given
+    constants (the batches the program forms there), ``tf_starts`` teacher-forced fits
+    from the program's declared values (``tf_evals`` evaluations per group, its scope,
+    pool and prior strengths and physics probes) join the given constants as candidates,
+    the one with the lowest closed-loop training loss (whole runs) is polished closed loop
+    on the stage slices of ``sliced`` (``evals`` simulations per group, as the search's
+    final polish), and the result is kept only if its training loss beats the given
+    constants'. ``train``: the training runs (the loss that decides).
     """
+    from evolve.fitting.bounds import derived_seed
+    from evolve.fitting.teacher_forced import fit_program
+
     model = step_model(program)
     seed = refit_seed(program)
     start: Groups = {g: {k: float(v) for k, v in vals.items()} for g, vals in groups.items()}
-    refit: Groups = {g: dict(v) for g, v in start.items()}
-    n_evals = 0
-    def fit(in_scope: str, at: Groups) -> FitResult:
-        return closed_loop_fit(program, ev, sliced, in_scope, seed, start=at, max_evals=evals,
-                               width_s=slice_seconds, warmup_s=warmup_seconds, log=log,
-                               pool_strength=pool_strength, prior_strength=prior_strength,
-                               probes=probes)
-
-    if evals > 0 and sliced:
-        if scope == "pooled" and "global" in start:
-            glob = fit("global", {"global": start["global"]})
-            refit["global"] = glob.groups["global"]
-            n_evals += glob.n_evals
-        res = fit(scope, refit)
-        refit.update(res.groups)
-        n_evals += res.n_evals
-    out = LoopRefit(loop=ev.scenarios[0].loop, groups=refit, start_groups=start,
-                    n_evals=n_evals)
     names = ev.names()
-    before = _simulate(program, model, ev, start, scope, names)
-    after = before if refit == start else _simulate(program, model, ev, refit, scope, names)
-    out.start_train_loss = loss(before, train)
-    out.train_loss = loss(after, train)
-    if not out.train_loss < out.start_train_loss:
-        out.groups, out.train_loss, out.kept_start = start, out.start_train_loss, True
-        after = before
-    out.metrics = after
+
+    def train_loss(at: Groups) -> tuple[float, dict[str, RunMetrics]]:
+        sims = _simulate(program, model, ev, at, scope, names)
+        return loss(sims, train), sims
+
+    start_loss, start_sims = train_loss(start)
+    best, best_loss, best_sims = start, start_loss, start_sims
+    n_evals = 0
+    if tf_evals > 0 and tf_starts > 0:
+        ev.refresh_corpora(model, const_map(program, start, ev.scenarios, scope))
+        for k in range(tf_starts):
+            tf = fit_program(program, ev, train, scope, derived_seed(seed, "loop_tf", k),
+                             tf_evals, tf_restarts, probes=probes,
+                             pool_strength=pool_strength, prior_strength=prior_strength)
+            n_evals += tf.n_evals
+            cand = {g: dict(v) for g, v in tf.groups.items()}
+            cand_loss, cand_sims = train_loss(cand)
+            if log is not None:
+                log(f"teacher-forced fit {k + 1}/{tf_starts}: training loss {cand_loss:.4f} "
+                    f"closed loop (given constants: {start_loss:.4f})")
+            if cand_loss < best_loss:
+                best, best_loss, best_sims = cand, cand_loss, cand_sims
+    refit: Groups = {g: dict(v) for g, v in best.items()}
+    if evals > 0 and sliced:
+        res = closed_loop_fit(program, ev, sliced, scope, seed, start=refit, max_evals=evals,
+                              width_s=slice_seconds, warmup_s=warmup_seconds, log=log,
+                              pool_strength=pool_strength, prior_strength=prior_strength,
+                              probes=probes)
+        n_evals += res.n_evals
+        polished_loss, polished_sims = train_loss(res.groups)
+        if polished_loss < best_loss:
+            refit, best_loss, best_sims = res.groups, polished_loss, polished_sims
+    out = LoopRefit(loop=ev.scenarios[0].loop, groups=refit, start_groups=start,
+                    n_evals=n_evals, train_loss=best_loss, start_train_loss=start_loss,
+                    kept_start=refit == start, metrics=best_sims)
     return out
 
 

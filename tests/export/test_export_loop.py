@@ -73,7 +73,7 @@ def test_export_refits_vllm_constants_for_blis_and_says_how_good(tmp_path, vllm_
     assert set(consts) == set(archived)
     assert consts != archived  # refitted in BLIS's loop
     header = text.split("package latency")[0]
-    assert "// Engine loop: blis: refitted closed loop in BLIS's engine loop" in header
+    assert "// Engine loop: blis: refitted in BLIS's engine loop" in header
     m = re.search(r"training loss (\d+\.\d+) -> (\d+\.\d+)", header)
     assert m is not None and float(m.group(2)) < float(m.group(1))
     assert "// Expected accuracy in BLIS's engine loop" in header
