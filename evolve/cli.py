@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 import traceback
+import types
 from typing import NoReturn
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -57,6 +58,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export-trace": ("evolve.commands.export_trace", "write an experiment as a BLIS TraceV2 pair"),
 }
 
+# `evolve --help` lists the commands in these groups, in the order a user meets them.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("search", ("run", "study", "fit")),
+    ("inspect", ("frontier", "show", "runs", "validate", "generalize", "baselines", "replay",
+                 "report")),
+    ("export", ("export-go", "calibrate", "export-trace")),
+    ("data", ("data", "ingest")),
+    ("LLM", ("llm-check",)),
+)
+
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -66,6 +77,15 @@ def _build_parser() -> argparse.ArgumentParser:
     for name, (_module, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
     return parser
+
+
+def command_parser(name: str) -> tuple[types.ModuleType, argparse.ArgumentParser]:
+    """The command's module and its full parser (``evolve NAME --help``; the generated
+    reference, scripts/gen_reference.py, reads the same)."""
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = _Parser(prog=f"evolve {name}", description=COMMANDS[name][1])
+    module.add_arguments(parser)
+    return module, parser
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     name = argv[0]
-    module = importlib.import_module(COMMANDS[name][0])
-    parser = _Parser(prog=f"evolve {name}", description=COMMANDS[name][1])
-    module.add_arguments(parser)
+    module, parser = command_parser(name)
     args = parser.parse_args(argv[1:])
     try:
         code = int(module.run(args) or 0)

