@@ -48,7 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                    "leave-one-model/workload-out: fit on the rest, validate held out"),
     "calibrate": ("evolve.commands.calibrate",
                   "constants for a model nobody measured, calibrated to the layered rule"),
-    "export-go": ("evolve.commands.export_go", "translate a program to a BLIS Go model"),
+    "export-go": ("evolve.commands.export_go",
+                  "translate a program to a BLIS Go model, refitted for BLIS's engine loop"),
     "llm-check": ("evolve.commands.llm_check", "send one tiny request to an LLM endpoint"),
     "report": ("evolve.commands.report", "write a static HTML report of a run"),
     "study": ("evolve.commands.study",
@@ -68,14 +69,64 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("LLM", ("llm-check",)),
 )
 
+# One example per command, the epilog of its --help (4e1cd2: a program id or prefix).
+EXAMPLES: dict[str, str] = {
+    "run": "evolve run --generations 100 --seed 7\n"
+           "evolve run --resume --generations 150   # continue the latest run",
+    "study": "evolve study --seeds 7 1 2 3 4 --generations 60 --out runs/study",
+    "fit": "evolve fit trained_physics --scope per_model --closed-loop",
+    "frontier": "evolve frontier --archive archive.db",
+    "show": "evolve show 4e1cd2",
+    "runs": "evolve runs --archive archive.db",
+    "validate": "evolve validate 4e1cd2 --out runs/val\n"
+                "evolve validate 4e1cd2 --loop blis      # the table a BLIS user reads",
+    "generalize": "evolve generalize 4e1cd2 --mode lomo",
+    "baselines": "evolve baselines --only trained-physics",
+    "replay": "evolve replay 4e1cd2",
+    "report": "evolve report --out runs/report",
+    "export-go": "evolve export-go 4e1cd2 -o evolved.go   # refitted for BLIS's loop",
+    "calibrate": "evolve calibrate 4e1cd2 --model-config path/to/config.json --tp 2",
+    "export-trace": "evolve export-trace 20260217-155451-llama-2-7b-tp1-codegen "
+                    "--out runs/trace",
+    "data": "evolve data --data ../shared/data",
+    "ingest": "evolve ingest trace.yaml --out mydata --model config.json --hardware H100 \\\n"
+              "  --tp 1 --max-num-seqs 128 --max-num-batched-tokens 2048 --kv-blocks 7462",
+    "llm-check": "evolve llm-check --llm MODEL --llm-base-url http://127.0.0.1:8000/v1",
+}
+
+
+def version() -> str:
+    """The installed distribution's version (pyproject.toml), or "unknown" in a bare tree."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("evolve-stepml")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _grouped_commands() -> str:
+    width = max(map(len, COMMANDS)) + 2
+    lines = ["commands (evolve COMMAND --help for each, with an example):"]
+    for group, names in GROUPS:
+        lines.append(f"  {group}:")
+        lines += [f"    {name:<{width}}{COMMANDS[name][1]}" for name in names]
+    return "\n".join(lines)
+
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="evolve", description="Discover step-time models for LLM-inference simulators "
-        "by evolutionary program search, scored against measured vLLM runs.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_module, help_) in COMMANDS.items():
-        sub.add_parser(name, help=help_, add_help=False)
+        prog="evolve", usage="evolve [-h] [--version] COMMAND [ARGS]",
+        description="Discover step-time models for LLM-inference simulators by evolutionary\n"
+        "program search, scored against measured vLLM runs, and export them to BLIS.",
+        epilog=_grouped_commands() + "\n\nfirst steps:\n"
+        "  evolve run --generations 10 --seed 7   # a short search, writes archive.db\n"
+        "  evolve frontier                        # the best programs; * is the pick\n"
+        "  evolve validate ID --loop blis         # the pick's accuracy in BLIS's loop\n"
+        "  evolve export-go ID -o evolved.go      # the model for BLIS (docs/blis.md)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"evolve {version()}")
     return parser
 
 
@@ -83,7 +134,11 @@ def command_parser(name: str) -> tuple[types.ModuleType, argparse.ArgumentParser
     """The command's module and its full parser (``evolve NAME --help``; the generated
     reference, scripts/gen_reference.py, reads the same)."""
     module = importlib.import_module(COMMANDS[name][0])
-    parser = _Parser(prog=f"evolve {name}", description=COMMANDS[name][1])
+    example = EXAMPLES.get(name)
+    parser = _Parser(prog=f"evolve {name}", description=COMMANDS[name][1],
+                     epilog=f"example:\n  {example.replace(chr(10), chr(10) + '  ')}"
+                     if example else None,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_arguments(parser)
     return module, parser
 
@@ -98,6 +153,9 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("--version", "-V"):
+        print(f"evolve {version()}")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         parser = _build_parser()
         if argv and argv[0] not in ("-h", "--help"):

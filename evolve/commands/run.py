@@ -26,9 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective configuration as documented TOML and exit")
     parser.add_argument("--generations", type=int, metavar="N",
-                        help="generations after the seeds (on resume: the new target)")
-    parser.add_argument("--seed", type=int, metavar="S", help="run seed")
-    parser.add_argument("--data", metavar="DIR", help="data directory")
+                        help="generations after the seeds (default 100, run.generations; on "
+                        "resume: the new target)")
+    parser.add_argument("--seed", type=int, metavar="S",
+                        help="run seed: the same seed gives the same archive (default 0, "
+                        "run.seed)")
+    parser.add_argument("--data", metavar="DIR",
+                        help="data directory (default $EVOLVE_DATA, else ../shared/data; "
+                        "run.data)")
     parser.add_argument("--archive", metavar="F",
                         help="archive file or SQLAlchemy URL (default archive.db)")
     parser.add_argument("--resume", type=int, nargs="?", const=0, metavar="RUN_ID",
@@ -37,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-seconds", type=float, metavar="S",
                         help="cut every measured run to its first S seconds (quick demos)")
     parser.add_argument("--workers", type=int, metavar="N",
-                        help="fitting processes (local executor: at most this machine's "
-                        "CPUs, unless --force-workers)")
+                        help="fitting processes (default 2, run.workers; local executor: at "
+                        "most this machine's CPUs, unless --force-workers)")
     parser.add_argument("--force-workers", action="store_true",
                         help="allow --workers above this machine's CPU count")
     parser.add_argument("--break-lock", action="store_true",
