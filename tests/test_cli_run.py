@@ -78,6 +78,8 @@ def uninterrupted(config, tmp_path_factory) -> Path:
     assert proc.returncode == 0, err
     assert out.startswith("run 1"), out
     assert "finished after generation 4" in out
+    # the quiet stretch before the first generation's bar moves says what it is
+    assert "generation 0 simulates the 3 measured runs and fits the 10 seed programs" in err
     with Archive(path, create=False) as a:  # the run exercised a refresh and its rescoring
         assert any(c.adopted and c.generation > 0 for c in a.corpus_versions(1))
         assert any(e.kind == "rescore" for e in a.evaluations(1))

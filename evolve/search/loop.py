@@ -147,6 +147,10 @@ class Search:
         with critical():
             self.archive.update_run(self.run_id, status="running", finished_at=None)
         status = "finished"
+        if start == 0:  # a quiet stretch before the bar moves: say what it is
+            self.log(f"run {self.run_id}: generation 0 simulates the {len(self.ctx.names)} "
+                     f"measured runs and fits the {len(self.seeds)} seed programs on them "
+                     "(a few minutes on 2 cores) before the first generation's bar moves")
         bar = _progress(cfg, start) if start <= cfg.run.generations else None
         try:
             for g in range(start, cfg.run.generations + 1):
