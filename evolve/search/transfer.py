@@ -4,10 +4,7 @@ Why: a simulator is asked about models nobody measured, and a program whose cons
 carry the architecture (a per-model KV multiplier, a per-model step cost standing in for
 the weight read the search dropped) fits every measured model and transfers to none. The
 training loss cannot tell the two apart: each model's constants are fitted on that
-model's own runs. Measured on the five study archives of issue 11: the picks' own
-leave-one-model-out was 2-6 of 12 held-out runs within 10 %, and neither a stronger pull
-towards the global set (``fit.pool_strength`` 2 and 8) nor a unit check told transferable
-forms from the others. So the transfer has to be measured, per program, and priced.
+model's own runs. So the transfer has to be measured, per program, and priced.
 
 For every model with training runs, one global constant set is fitted on the *other*
 models' training runs and prices the held-out model's training runs, teacher forced. That
@@ -30,11 +27,9 @@ NSGA-II, the frontier and the pick's tolerance read, is then
 a hinge: transfer within the margin costs nothing, so a program is not pushed to give up
 accuracy on the measured models once it transfers well enough. Only training runs are read.
 
-Off by default (``transfer_weight`` 0): it failed the rules set for a default before the
-runs (on seed 7, then on the five seeds' normal runs), and over a run's hall of fame this
-transfer loss does not rank programs by their real leave-one-model-out (Spearman -0.13;
-``scripts/transfer_rank.py`` says why: that figure moves with which runs the folds are
-fitted on); docs/selection.md has the figures.
+Off by default (``transfer_weight`` 0): it failed the rules set for a default, and it does
+not rank programs by their real leave-one-model-out; the measurements:
+docs/notes/2026-11-26-transfer-in-the-search.md.
 """
 
 from __future__ import annotations

@@ -40,38 +40,7 @@ CONFIG = {"run": {"seed": 7, "generations": 10, "head_seconds": 20.0, "scenarios
           "search": {"children": 3, "refresh_min_gap": 1, "refresh_margin": 0.02},
           "fit": {"max_evals": 40, "restarts": 0, "window_steps": 300,
                   "seed_polish_evals": 8, "polish_evals": 8}}
-# History: 7f1a412f... before and after the structure refactor (issue 13, unchanged by it);
-# changed on purpose by issue 11 (validate-aware pick, physics checks and penalty), and again
-# by its measured kernel features (four new glossary features, the `kernels` seed), and by
-# closed-loop refits starting from the better of the fitted and the declared constants, and
-# by the prior on declared constants becoming the default (fit.prior_strength = 1), and by
-# the `transfer` seed joining the seeds, and by `pooled` becoming the default constant scope,
-# and by the long-context slope check (decode steps priced at least as the measured
-# decode-attention kernel) with its penalty in both the teacher-forced and closed-loop fits,
-# and by the `layered` seed joining the seeds (overheads per layer, MoE layer, all-reduce),
-# and by inert constants keeping their start value in both fits and `layered` pricing bytes
-# at HBM bandwidth with per-layer-and-request overheads (no all-reduce latency), and by the
-# frontier table storing the hall of fame (the best program of each complexity), from
-# which the validate rule picks, and by every child keeping the best of `fit.starts` (3)
-# teacher-forced fits judged closed loop. Then, with no change of behaviour (the previous
-# digest, 6cb5ff48..., is what the old definition still gives), by the digest leaving out
-# how LLM replies were obtained (endpoint or cassette: INFORMATIONAL_CONFIG), so that a
-# recorded run and its replay compare equal. Then by the simulator caching whole repeated
-# prompts (run.prompt_cache, evaluator/prompts.py: vLLM computed ~15 prompt tokens per
-# request where the replica computed ~480). Then, with no change of behaviour, by the run's
-# stored config gaining run.async_scheduling (false; the previous digest was 94cee580...).
-# Then by async scheduling becoming the default (run.async_scheduling = true) and the
-# `layered` seed's priors becoming the step periods measured on the training runs' engine
-# steps (per layer 75 us, per layer and request 0.4 us, MoE layer 40 us). Then by numpy
-# running its AVX2 loops on AVX-512 CPUs (evaluator.pin_numpy_simd: the previous digest was
-# this machine's AVX-512 one), by requests reordered on the way sending a neighbouring
-# slot's prompt (evaluator/prompts.py), and by the `layered` seed's docstring (its id).
-# Then, with no change of behaviour (the previous digest, 9bd5e2ec..., is what the old
-# definition still gives), by the digest leaving out where the data and seeds were read
-# from (run.data, run.seeds_dir: INFORMATIONAL_CONFIG). Then by the closed-loop polish's
-# first step shrinking from 0.08 to 0.01 of the unit box where it starts from a fitted
-# child (evolve/fitting/closed_loop.py, SIGMA0; the seeds' refits keep 0.08; the previous
-# digest was 46660d43...).
+# The digest changes only on purpose; each change and why: docs/notes/golden-archive-history.md.
 GOLDEN = "5ad80189c546065020a30323a6e43da5f82f7891feeecdda1aa34eaafa41cf9d"
 
 
