@@ -6,11 +6,9 @@ the measured targets. Loading validates every field it reads and fails with a
 ``DataError`` naming the file and the field, because a silently wrong input would make
 every score downstream meaningless.
 
-Traps from ``data/README.md`` handled here: output lengths come from the load profile
-(trap 4), failed requests whose client-side prompt count is 0 get the run's median prompt
-length, prefix groups are inferred (trap 5, 8), the bf16 peak is halved to the dense figure
-(trap 6).
-"""
+Traps from ``data/README.md`` handled here: output lengths from the load profile (trap 4),
+failed requests of 0 prompt tokens get the run's median prompt length, prefix groups are
+inferred (trap 5, 8), the bf16 peak is halved to the dense figure (trap 6)."""
 
 from __future__ import annotations
 
@@ -27,9 +25,7 @@ from evaluator.run_files import DataError, _get, _read_json, read_request_rows
 
 DEFAULT_DATA = Path("../shared/data")
 CLIENT_TIMEOUT_S = 300.0
-# Engine loops a scenario can be simulated in (Scenario.loop): vLLM v0.15.1's, the one the
-# measurements come from, and BLIS's at the pinned commit, the one an exported model runs in.
-LOOPS = ("vllm", "blis")
+LOOPS = ("vllm", "blis")  # Scenario.loop: vLLM v0.15.1's (measured) or BLIS's (exported to)
 MAX_MODEL_LEN = 4096
 DATA_GPU = "h100-sxm.json"  # every bundled run was served on it (data README)
 
@@ -203,10 +199,7 @@ class Scenario:
     prompt_id: np.ndarray | None = field(default=None, compare=False)
     # vLLM's async scheduling: a step is formed while the previous one runs (simulator.py)
     async_scheduling: bool = field(default=True, compare=False)
-    # The engine loop simulated: "vllm" (v0.15.1) or "blis" (BLIS at the pinned commit:
-    # no async scheduling, re-decode after preemption, TTFT + OutputTokenProcessingTime;
-    # evaluator/simulator.py, docs/blis.md)
-    loop: str = field(default="vllm", compare=False)
+    loop: str = field(default="vllm", compare=False)  # LOOPS; simulator.py says what differs
 
     @property
     def n_requests(self) -> int:

@@ -15,6 +15,7 @@ from numba import types
 from evaluator.components import features_into
 from evaluator.glossary import N_FEATURES, N_STATS
 from evaluator.model import MAX_STEP_US
+from evaluator.prompt_blocks import _evict, _release
 
 _STEP_SIG = nb.float64(nb.float64[::1], nb.float64[::1])
 STEP_FN_TYPE = types.FunctionType(_STEP_SIG)
@@ -46,37 +47,6 @@ def _grow1(a, n):
     b = np.empty(n, a.dtype)
     b[: a.shape[0]] = a
     return b
-
-
-@nb.njit(cache=True)
-def _evict(need, free, evictable, pc, pref, plru):
-    """Evict unreferenced prompt caches, least recently released first, until ``need``
-    blocks are free or none is left; returns ``(free, evictable)``."""
-    while need > free and evictable > 0:
-        best = -1
-        for p in range(pc.shape[0]):
-            if pc[p] > 0 and pref[p] == 0 and (best < 0 or plru[p] < plru[best]):
-                best = p
-        if best < 0:
-            break
-        free += pc[best]
-        evictable -= pc[best]
-        pc[best] = 0
-    return free, evictable
-
-
-@nb.njit(cache=True)
-def _release(r, prompt, holds, pref, pc, plru, step, evictable):
-    """Request ``r`` stops holding its prompt's cache (finished, aborted, preempted); the
-    cache becomes evictable when nobody holds it. Returns ``evictable``."""
-    if holds[r]:
-        holds[r] = False
-        p = prompt[r]
-        pref[p] -= 1
-        if pref[p] == 0:
-            evictable += pc[p]
-            plru[p] = step
-    return evictable
 
 
 @nb.njit(cache=True)

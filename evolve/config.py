@@ -390,5 +390,8 @@ def load_config(path: str | Path | None = None) -> Config:
         raise ConfigError(f"{p}: not valid TOML (not UTF-8 text: byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit integer, nesting too deep
+        raise ConfigError(f"{p}: not a config TOML can hold ({type(exc).__name__}: "
+                          f"{str(exc)[:120]})") from None
     apply_dict(cfg, data, str(p))
     return validate(cfg, str(p))

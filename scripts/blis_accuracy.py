@@ -140,6 +140,7 @@ def main() -> None:
         ap.error("give the program to export after --, e.g. -- bda4b959 --archive a.db")
     from evaluator.api import load_scenarios
 
+    args.out = args.out.resolve()  # the replays run in it: every path absolute
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios = load_scenarios(args.data)
     chosen = [s for s in scenarios if not args.runs or any(p in s.name for p in args.runs)]

@@ -164,3 +164,15 @@ def test_a_stored_config_without_a_later_key_keeps_the_behaviour_it_was_run_with
     del stored["fit"]["starts"]  # a run stored before fit.starts existed fitted once
     assert Config.from_dict(stored).fit.starts == 1
     assert Config.from_dict({}).fit.starts == 1
+
+
+@pytest.mark.parametrize("text", ["[run]\nseed = " + "9" * 5000 + "\n",
+                                  "x = " + "[" * 100_000 + "]" * 100_000 + "\n"])
+def test_a_config_toml_cannot_hold_is_one_line(tmp_path, capsys, text):
+    """A 5,000-digit integer (Python's int-string limit) or 100,000-deep nesting: one line
+    naming the file, exit 2, not an internal error."""
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert main(["run", "--config", str(path), "--print-config"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{path}: not a config TOML can hold" in err
