@@ -259,6 +259,17 @@ def run(args: argparse.Namespace) -> int:
 
     source = _from_file if path is not None else _from_archive
     prog, consts, scope, meta, stored, fitted = source(args)
+    infos = group_infos(scope, sorted(consts), model_names(args.data))
+    for item in args.alias:  # every flag checked before the refit's minutes of work
+        group, sep, name = item.partition("=")
+        if not sep or group not in infos or not name:
+            raise UserError(f"--alias {item}: expected GROUP=NAME with GROUP one of "
+                            f"{', '.join(sorted(infos))}")
+        infos[group] = replace(infos[group], aliases=(*infos[group].aliases, name.lower()))
+    chosen = sorted(_select(consts, scope, infos, args.model)) if args.model else sorted(consts)
+    if scope == "per_scenario" and len(chosen) > 1:
+        raise UserError("per_scenario constants: pick one scenario with --model NAME "
+                        f"({', '.join(sorted(consts))})")
     exp = _for_loop(args, prog, consts, scope, stored, fitted)
     notes: list[str] = []
     if exp is not None:
@@ -273,18 +284,7 @@ def run(args: argparse.Namespace) -> int:
                                   "declared by the program, not fitted")
                                + (", exported as they are (--no-refit)" if args.no_refit else
                                   "; no data directory to check them"))
-    infos = group_infos(scope, sorted(consts), model_names(args.data))
-    for item in args.alias:
-        group, sep, name = item.partition("=")
-        if not sep or group not in infos or not name:
-            raise UserError(f"--alias {item}: expected GROUP=NAME with GROUP one of "
-                            f"{', '.join(sorted(infos))}")
-        infos[group] = replace(infos[group], aliases=(*infos[group].aliases, name.lower()))
-    if args.model:
-        consts = _select(consts, scope, infos, args.model)
-    if scope == "per_scenario" and len(consts) > 1:
-        raise UserError("per_scenario constants: pick one scenario with --model NAME "
-                        f"({', '.join(sorted(consts))})")
+    consts = {g: consts[g] for g in chosen}
     kernels = _kernels(prog, args.data, infos)
     try:
         text = export_go(prog, consts, scope, infos, meta, kernels, notes)
