@@ -85,3 +85,15 @@ def synthetic_data(tmp_path_factory) -> Path:
     from synthetic_data import build
 
     return build(tmp_path_factory.mktemp("synthetic"))
+
+
+@pytest.fixture()
+def crash_dir(tmp_path, monkeypatch) -> Path:
+    """Where a traceback file would go (``evolve.cli.write_traceback``): tests of bad input
+    assert it stays empty."""
+    import tempfile
+
+    d = tmp_path / "crash"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d

@@ -61,6 +61,18 @@ def require_blis(commit: str | None = None) -> Path:
     return source
 
 
+def require_blis_build(commit: str) -> tuple[str, Path]:
+    """Everything a real BLIS build needs: Go, BLIS's source at ``commit`` and Debian's Go
+    libraries (GOPATH mode); returns (go, source). Missing parts fail the test."""
+    go = require_go()
+    source = require_blis(commit)
+    lacking = build_blis.missing_libs()
+    if lacking:
+        missing("Debian Go libraries missing", "EVOLVE_SKIP_BLIS",
+                f"apt-get install {' '.join(lacking)} (scripts/ci_setup_blis.sh)")
+    return go, source
+
+
 QEMU_MIN_MAJOR = 8  # Debian 12's qemu 7.2 computes AVX2 instructions wrongly
 
 

@@ -20,6 +20,7 @@ from evolve.fitting.loop_refit import LoopRefit, refit_for_loop, score_in_loop
 from evolve.language import Program
 from evolve.reporting import LOOP_NAMES, run_label
 from evolve.splits import SPLITS, assign_splits
+from evolve.targets import on_all_cores
 
 Groups = dict[str, dict[str, float]]
 
@@ -77,7 +78,7 @@ def for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], scope:
         if not ev.scenarios:
             raise UserError(f"no measured run belongs to the constant groups "
                             f"({', '.join(sorted(groups))}) under scope {scope}")
-    ev.threads = _threads()
+    on_all_cores(ev)
     splits = assign_splits(ev.scenarios, cfg.split.mode)
     out = LoopExport(loop=loop, fitted_loop=fitted_loop,
                      groups={g: dict(v) for g, v in groups.items()}, splits=splits)
@@ -122,8 +123,3 @@ ACCURACY_HEADERS = ["run", "split", "E2E meas", "E2E sim", "E2E err", "TTFT meas
 def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
-
-def _threads() -> int:
-    from evolve.config import cpu_count
-
-    return max(1, cpu_count())

@@ -9,29 +9,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numba as nb
 import numpy as np
 import pytest
+from sim_helpers import CONST, hand_scenario
 
-from evaluator.api import StepModel
-from evaluator.scenarios import make_scenario
-from evaluator.simulator import _STEP_SIG, simulate
+from evaluator.simulator import simulate
 from evolve.codegen import step_model
 from evolve.language import parse_program
 
-
-@nb.njit(_STEP_SIG)
-def _const_scalar(f, c):
-    return c[0]
-
-
-CONST = StepModel("const", lambda F, c: np.full(F.shape[1], c[0]), _const_scalar)
-
-
-def _scenario(data_path, arrivals, inputs, outputs, **kw):
-    return make_scenario("hand", arrivals, inputs, outputs,
-                         model_dir=data_path / "models" / "Llama-2-7b-hf",
-                         hardware=data_path / "hardware" / "h100-sxm.json", **kw)
+_scenario = hand_scenario
 
 
 def _blis(sc):

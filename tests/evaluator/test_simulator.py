@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 import pytest
+from sim_helpers import CONST, hand_scenario
 
-from evaluator.api import StepModel
 from evaluator.baselines import TRAINED_PHYSICS, trained_physics_consts
-from evaluator.scenarios import make_scenario
 from evaluator.score import score_corpus
-from evaluator.simulator import _STEP_SIG, simulate
+from evaluator.simulator import simulate
 
-
-@nb.njit(_STEP_SIG)
-def _const_scalar(f, c):
-    return c[0]
-
-
-CONST = StepModel("const", lambda F, c: np.full(F.shape[1], c[0]), _const_scalar)
-
-
-def _scenario(data_path, arrivals, inputs, outputs, **kw):
-    return make_scenario("hand", arrivals, inputs, outputs,
-                         model_dir=data_path / "models" / "Llama-2-7b-hf",
-                         hardware=data_path / "hardware" / "h100-sxm.json", **kw)
+_scenario = hand_scenario
 
 
 @pytest.mark.parametrize(("inp", "out", "steps_to_first"), [(600, 10, 1), (3000, 10, 2),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from needs import build_blis, missing, require_blis, require_go
+from needs import require_blis_build
 
 from evaluator.api import load_scenarios
 from evolve.cli import main
@@ -46,12 +46,7 @@ CONSTS = {  # evolve fit layered --scope per_model --loop blis (above), 2026-12-
 @pytest.fixture(scope="module")
 def blis_with_layered(tmp_path_factory, data_path) -> tuple[Path, Path]:
     """The `blis` binary with the exported model in it, and the constants file."""
-    go = require_go()
-    source = require_blis(BLIS_COMMIT)
-    lacking = build_blis.missing_libs()
-    if lacking:
-        missing("Debian Go libraries missing", "EVOLVE_SKIP_BLIS",
-                f"apt-get install {' '.join(lacking)} (scripts/ci_setup_blis.sh)")
+    go, source = require_blis_build(BLIS_COMMIT)
     work = tmp_path_factory.mktemp("blis_measured")
     consts, go_file, blis = work / "c.json", work / "evolved.go", work / "bin" / "blis"
     consts.write_text(json.dumps(CONSTS))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from needs import build_blis, missing, require_blis, require_go
+from needs import require_blis_build
 
 from evolve.cli import main
 from evolve.export.go import BLIS_COMMIT
@@ -58,20 +58,9 @@ CONSTS = {"llama-2-7b": {"s1": 0.77, "per_req_us": 111.0, "per_step_us": 6950.0,
                          "output_token_us": 80.7}}  # teacher-forced fit, 7B runs' first 300 s
 
 
-def _require_parts() -> tuple[str, Path]:
-    """Go, BLIS's source at the pinned commit and the Debian Go libraries."""
-    go = require_go()
-    source = require_blis(BLIS_COMMIT)
-    lacking = build_blis.missing_libs()
-    if lacking:
-        missing("Debian Go libraries missing", "EVOLVE_SKIP_BLIS",
-                f"apt-get install {' '.join(lacking)} (scripts/ci_setup_blis.sh)")
-    return go, source
-
-
 @pytest.mark.real_data
 def test_blis_replay_agrees_with_evolve_validate(tmp_path, data_path, capsys):
-    go, source = _require_parts()
+    go, source = require_blis_build(BLIS_COMMIT)
     prog, consts = tmp_path / "champion.py", tmp_path / "consts.json"
     prog.write_text(PROGRAM)
     consts.write_text(json.dumps(CONSTS))

@@ -8,7 +8,6 @@ is not sent either (an HTTP client would send it as Basic auth in place of the k
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,14 +34,6 @@ def llm_urls(port: int) -> list[str]:
     base = f"127.0.0.1:{port}/v1"
     return [f"http://user:{S}@{base}", f"http://{base}?api_key={S}",
             f"http://{base}?Token={S}&x=1", f"http://{base}?key={S}"]
-
-
-@pytest.fixture()
-def crash_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "crash"
-    d.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(d))
-    return d
 
 
 def leaks(tmp_path: Path, *texts: str) -> list[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -42,14 +41,6 @@ def commands(pid: str, out: Path) -> dict[str, list[str]]:
             "export-go": ["export-go", pid, "-o", str(out / "x.go")],
             "replay": ["replay", pid],
             "validate": ["validate", pid, "--out", str(out / "val")]}
-
-
-@pytest.fixture()
-def crash_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "crash"
-    d.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(d))
-    return d
 
 
 def elements(html: str) -> list[tuple[str, list[tuple[str, str | None]]]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,15 +24,6 @@ FLAGS = ["--hardware", "H100", "--kv-blocks", "3000", "--max-num-batched-tokens"
          "--tp", "1", "--max-num-seqs", "64", "--block-size", "16"]
 HUGE = "9" * 5000  # past Python's int-string limit (4,300 digits): a ValueError in int()
 DEEP = "[" * 100_000  # past the recursion limit of any parser
-
-
-@pytest.fixture()
-def crash_dir(tmp_path, monkeypatch) -> Path:
-    """Where a traceback file would go (``evolve.cli.write_traceback``): must stay empty."""
-    d = tmp_path / "crash"
-    d.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(d))
-    return d
 
 
 def one_line(capsys, crash_dir: Path, argv: list[str], *needles: str) -> str:
