@@ -17,11 +17,11 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_
 import numpy as np  # noqa: E402
 
 from evaluator.api import Evaluator  # noqa: E402
-from evaluator.baselines import TRAINED_PHYSICS, trained_physics_consts  # noqa: E402
-from evaluator.components import compute_features  # noqa: E402
-from evaluator.score import score_corpus, step_times  # noqa: E402
-from evolve.codegen import step_model  # noqa: E402
-from evolve.language import parse_program  # noqa: E402
+from evaluator.features.components import compute_features  # noqa: E402
+from evaluator.scoring.baselines import TRAINED_PHYSICS, trained_physics_consts  # noqa: E402
+from evaluator.scoring.score import score_corpus, step_times  # noqa: E402
+from evolve.program.codegen import step_model  # noqa: E402
+from evolve.program.language import parse_program  # noqa: E402
 
 PROGRAM_30 = '''
 """A 30-operation benchmark program (not a good model; it exercises every call)."""
@@ -78,7 +78,7 @@ def main() -> int:
 
     for name, r in sims.items():
         ev.corpora[name] = r.corpus
-    from evaluator.corpus import build_fit_set
+    from evaluator.sim.corpus import build_fit_set
 
     ev.fit_sets = {n: build_fit_set(ev.by_name[n], r.corpus) for n, r in sims.items()}
     n_fit = sum(fs.features.shape[1] for fs in ev.fit_sets.values())

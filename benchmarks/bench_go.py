@@ -2,7 +2,7 @@
 
 Why it matters: BLIS calls ``StepTime`` once per simulated step, so a slow exported model
 would dominate BLIS's run time. Each seed program is exported, built into the parity
-harness (``evolve/export/go_harness.py``), and its ``StepTime`` is timed in a Go loop on
+harness (``evolve/export/go/harness.py``), and its ``StepTime`` is timed in a Go loop on
 one batch of 124 decodes and 4 prefill chunks (kv lengths up to 4096, 2048-token budget).
 
 Usage: ``python benchmarks/bench_go.py [--iterations N] [--json]``; exit code 1 if a
@@ -21,18 +21,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evolve.export.go import export_go, type_prefix  # noqa: E402
-from evolve.export.go_body import field_names  # noqa: E402
-from evolve.export.go_harness import (  # noqa: E402
+from evolve.export.go.body import field_names  # noqa: E402
+from evolve.export.go.harness import (  # noqa: E402
     HarnessExport,
     build_harness,
     find_go,
     run_harness,
 )
-from evolve.language import parse_program  # noqa: E402
+from evolve.export.go.writer import export_go, type_prefix  # noqa: E402
+from evolve.program.language import parse_program  # noqa: E402
 
 BUDGET_US = 20.0
-# Llama-2-70B at TP 4 on H100 (evaluator/components.py ARCH_FIELDS order).
+# Llama-2-70B at TP 4 on H100 (evaluator/features/components.py ARCH_FIELDS order).
 ARCH = (80.0, 8192.0, 64.0, 8.0, 128.0, 28672.0, 0.0, 0.0, 32000.0, 4.0, 989.5e12, 3.35e12,
         900e9, 2.0)
 

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluator.api import Evaluator, loss  # noqa: E402
-from evolve.codegen import compile_program, step_model  # noqa: E402
 from evolve.fitting import DEFAULT_MAX_EVALS, const_map, fit_program  # noqa: E402
-from evolve.language import parse_program  # noqa: E402
+from evolve.program.codegen import compile_program, step_model  # noqa: E402
+from evolve.program.language import parse_program  # noqa: E402
 
 SEEDS = ROOT / "seeds"
 BIG = '''"""A 30-operation program (complexity cap) for compile timing."""

@@ -65,7 +65,7 @@ timeout_s = 300.0
 
 
 def command(op: str, args: argparse.Namespace, archive: Path, cfg: Path) -> list[str] | None:
-    base = [sys.executable, "-m", "evolve.cli", "run", "--config", str(cfg), "--archive",
+    base = [sys.executable, "-m", "evolve.cli.main", "run", "--config", str(cfg), "--archive",
             str(archive)]
     if op == "offline":
         return base

@@ -33,7 +33,7 @@ from pathlib import Path
 REFERENCE = (
     "import os, time\n"
     "from evaluator.api import Evaluator\n"
-    "from evaluator.baselines import TRAINED_PHYSICS, trained_physics_consts\n"
+    "from evaluator.scoring.baselines import TRAINED_PHYSICS, trained_physics_consts\n"
     "ev = Evaluator.from_data(os.environ.get('EVOLVE_DATA'))\n"
     "consts = {s.name: trained_physics_consts(s) for s in ev.scenarios}\n"
     "ev.simulate(TRAINED_PHYSICS, consts, names=ev.names()[:1])\n"
@@ -62,7 +62,7 @@ def main() -> int:
     ref_before = reference_seconds()
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        cmd = [sys.executable, "-m", "evolve.cli", "run", "--generations",
+        cmd = [sys.executable, "-m", "evolve.cli.main", "run", "--generations",
                str(args.generations), "--seed", str(args.seed), "--workers",
                str(args.workers), "--archive", str(db), "--no-progress",
                *(["--transfer", str(args.transfer)] if args.transfer > 0 else [])]
@@ -73,7 +73,7 @@ def main() -> int:
             print(out.stderr[-2000:], file=sys.stderr)
             return 1
         runs = json.loads(subprocess.run(
-            [sys.executable, "-m", "evolve.cli", "runs", "--archive", str(db), "--json"],
+            [sys.executable, "-m", "evolve.cli.main", "runs", "--archive", str(db), "--json"],
             capture_output=True, text=True, check=True).stdout)
     last = runs[-1]
     ref_after = reference_seconds()

@@ -40,13 +40,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import evolve.codegen as codegen  # noqa: E402
+import evolve.program.codegen as codegen  # noqa: E402
+import evolve.search.execution.pool as pool  # noqa: E402
 import evolve.search.judge as judge  # noqa: E402
 import evolve.search.loop as loop  # noqa: E402
-import evolve.search.pool as pool  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
 from evolve.archive.digest import archive_digest  # noqa: E402
-from evolve.config import Config, apply_dict, validate  # noqa: E402
+from evolve.config.schema import Config, apply_dict, validate  # noqa: E402
 
 
 class Phases:

@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 
 # the variables the two pins below set, for processes that do not import evaluator first
-# (a Ray cluster started elsewhere: evolve/search/ray_executor.py)
+# (a Ray cluster started elsewhere: evolve/search/execution/ray_tasks.py)
 PINNED_ENV = ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")
 BLAS_CORETYPE = "Haswell"  # AVX2 + FMA kernels: every x86-64 CPU since 2013, AMD Zen too
 

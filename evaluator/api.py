@@ -5,7 +5,8 @@ Contract (the seam between the two packages):
 * A step-time model is a :class:`StepModel`: a vectorised function over a feature matrix
   (teacher forcing), the same function compiled by numba for one step (closed loop), an
   optional per-request queueing delay, and the positions of the two E2E-only constants.
-  ``evolve.language`` builds these from programs; ``evaluator.baselines`` builds them by hand.
+  ``evolve.program.language`` builds these from programs; ``evaluator.scoring.baselines`` builds
+  them by hand.
 * Constants are per scenario: ``ConstMap`` maps a scenario name to its constant vector. The
   scope policy (global / per_model / per_scenario) lives in ``evolve.fitting``.
 * Closed loop (:meth:`Evaluator.simulate`) produces corpora and official metrics;
@@ -22,10 +23,16 @@ from typing import TypeVar
 import numpy as np
 
 from evaluator import PINNED_ENV
-from evaluator.baselines import baseline_models
-from evaluator.corpus import Corpus, FitSet, build_fit_set
-from evaluator.experiment import ExperimentSpec, experiment_dirs, load_scenarios, write_experiment
-from evaluator.glossary import (
+from evaluator.data.experiment import (
+    ExperimentSpec,
+    experiment_dirs,
+    load_scenarios,
+    write_experiment,
+)
+from evaluator.data.prompt_cache import prompt_period, with_prompt_cache
+from evaluator.data.run_files import limit_problem
+from evaluator.data.scenarios import LOOPS, DataError, Scenario, data_dir
+from evaluator.features.glossary import (
     FEATURE_INDEX,
     FEATURE_NAMES,
     FEATURES,
@@ -34,22 +41,21 @@ from evaluator.glossary import (
     PEAK_FLOPS,
     STAT_INDEX,
 )
-from evaluator.ingest import ServerFlags, parse_stages
-from evaluator.ingest_perf import from_inference_perf
-from evaluator.ingest_trace import from_tracev2
-from evaluator.kv_memory import estimate_for as estimate_kv_pool
+from evaluator.features.probes import ProbeBatches, probe_batches
+from evaluator.ingest.common import ServerFlags, parse_stages
+from evaluator.ingest.from_tracev2 import from_tracev2
+from evaluator.ingest.inference_perf import from_inference_perf
+from evaluator.ingest.kv_pool import estimate_for as estimate_kv_pool
+from evaluator.ingest.to_tracev2 import replay_command, scenario_trace, shell
+from evaluator.ingest.tracev2 import read_tracev2, write_tracev2
+from evaluator.ingest.unseen import unseen_scenarios
 from evaluator.model import MAX_STEP_US, ConstMap, StepModel, step_time_problem, usable_steps
-from evaluator.prompts import prompt_period, with_prompt_cache
-from evaluator.run_files import limit_problem
-from evaluator.scenarios import LOOPS, DataError, Scenario, data_dir
-from evaluator.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
-from evaluator.sensitivity import DELTA as SENSITIVITY_DELTA
-from evaluator.sensitivity import e2e_response, scaled
-from evaluator.simulator import SimResult, simulate
-from evaluator.synthetic import ProbeBatches, probe_batches
-from evaluator.trace_export import replay_command, scenario_trace, shell
-from evaluator.tracev2 import read_tracev2, write_tracev2
-from evaluator.unseen import unseen_scenarios
+from evaluator.scoring.baselines import baseline_models
+from evaluator.scoring.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
+from evaluator.sim.corpus import Corpus, FitSet, build_fit_set
+from evaluator.sim.sensitivity import DELTA as SENSITIVITY_DELTA
+from evaluator.sim.sensitivity import e2e_response, scaled
+from evaluator.sim.simulator import SimResult, simulate
 
 __all__ = [
     "FEATURES",
@@ -148,7 +154,7 @@ class Evaluator:
                   loop: str = "vllm") -> Evaluator:
         """The scenarios of a data directory; one with none is an error (every command
         that loads one would print an empty table and exit 0). ``prompt_cache``: simulate
-        vLLM's prefix caching of whole repeated prompts (:mod:`evaluator.prompts`); off,
+        vLLM's prefix caching of whole repeated prompts (:mod:`evaluator.data.prompt_cache`); off,
         only the shared system prompts are cached. ``async_scheduling``: a busy engine forms
         each step while the previous one runs (vLLM's default since 0.14). ``loop``: the
         engine loop simulated (``LOOPS``: vllm, or blis for BLIS's)."""
@@ -192,7 +198,7 @@ class Evaluator:
         corpora nothing better can replace (the first ones). Otherwise the caller judges
         them (the search scores them and keeps the old ones when the loss is infinite).
         ``measured=False``: fitting subsamples that read no measurement
-        (:func:`evaluator.corpus.build_fit_set`).
+        (:func:`evaluator.sim.corpus.build_fit_set`).
         """
         sims = self.simulate(model, consts, names, progress=progress)
         failed = [(n, r.error) for n, r in sims.items() if r.error]

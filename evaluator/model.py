@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 
+# The numba signature of a compiled step function: (features, constants) -> step time in us.
+STEP_SIG = nb.float64(nb.float64[::1], nb.float64[::1])
 VectorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 QueueFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 ConstMap = Mapping[str, np.ndarray]

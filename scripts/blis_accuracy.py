@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-EVOLVE = [sys.executable, "-c", "import sys; from evolve.cli import main; sys.exit(main())"]
+EVOLVE = [sys.executable, "-c", "import sys; from evolve.cli.main import main; sys.exit(main())"]
 
 
 def _run(argv: list[str], what: str, cwd: Path | None = None) -> str:

@@ -44,7 +44,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-PINNED = "f90a1e3a6787da17c2cd463dab6fb2660b1b1760"  # evolve/export/go.py BLIS_COMMIT
+PINNED = "f90a1e3a6787da17c2cd463dab6fb2660b1b1760"  # evolve/export/go/writer.py BLIS_COMMIT
 URL = "https://github.com/inference-sim/inference-sim"
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "blis"  # like the measured data's ../shared/data

@@ -7,7 +7,7 @@ Usage::
 For each rule of the kernel features (GEMM along m, GEMM across shapes, decode attention
 along KV length and batch, prefill attention along sequence length) it holds each interior
 table point out, interpolates it from the rest with the features' own functions
-(:mod:`evaluator.kernel_loo`), and prints the median, 90th percentile and worst relative
+(:mod:`evaluator.features.kernel_loo`), and prints the median, 90th percentile and worst relative
 error. ``tests/evaluator/test_kernels.py`` asserts bounds on the same figures.
 """
 
@@ -17,8 +17,8 @@ import argparse
 import os
 from pathlib import Path
 
-from evaluator.kernel_loo import leave_one_out
-from evaluator.kernels import KernelTables
+from evaluator.data.kernel_tables import KernelTables
+from evaluator.features.kernel_loo import leave_one_out
 
 
 def main() -> None:

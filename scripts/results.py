@@ -42,7 +42,7 @@ HELD = (("lomo", ("--mode", "lomo")), ("lomo-global", ("--mode", "lomo", "--unse
 
 
 def cli(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "evolve.cli", *args], check=False,
+    out = subprocess.run([sys.executable, "-m", "evolve.cli.main", *args], check=False,
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"evolve {' '.join(args)} failed:\n{out.stderr[-2000:]}")

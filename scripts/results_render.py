@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from evolve.heldout import normal_within
-from evolve.reporting import run_label as short
+from evolve.assess.heldout import normal_within
+from evolve.text.words import run_label as short
 
 BASELINES = ("trained-physics", "roofline", "linear")
 KEYS = (("e2e_mean", "mean E2E"), ("ttft_mean", "mean TTFT"), ("itl_mean", "decode"),
@@ -107,7 +107,7 @@ def _targets(seeds: list[dict[str, Any]], held: dict[str, Any]) -> list[str]:
 
 def within(generalize: dict[str, Any], limit: float = 10.0) -> tuple[int, int]:
     """(held-out normal runs within ``limit`` % mean E2E, held-out normal runs), as
-    ``evolve generalize`` counts them (``evolve.heldout.normal_within``)."""
+    ``evolve generalize`` counts them (``evolve.assess.heldout.normal_within``)."""
     return normal_within(generalize["folds"], limit=limit / 100.0)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from evolve.cli import main
+from evolve.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["study", *sys.argv[1:]]))

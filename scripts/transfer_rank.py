@@ -39,11 +39,11 @@ from scipy.stats import spearmanr
 
 from evaluator.api import loss
 from evolve.archive import Archive
-from evolve.codegen import step_model
-from evolve.config import Config
+from evolve.config.schema import Config
 from evolve.fitting import const_map
 from evolve.fitting.refit import refit_fold
-from evolve.language import Program, parse_program
+from evolve.program.codegen import step_model
+from evolve.program.language import Program, parse_program
 from evolve.search.context import RunContext, make_context
 from evolve.search.corpora import refresh
 from evolve.search.setup import load_evaluator
@@ -115,7 +115,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from evaluator.api import Evaluator
-    from evaluator.scenarios import data_dir
+    from evaluator.data.scenarios import data_dir
 
     data = str(data_dir(args.data))
     out = Path(args.out or args.archive + ".lomo")

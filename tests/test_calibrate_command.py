@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from evaluator.kv_memory import UTILIZATION
-from evolve.cli import main
-from evolve.commands.fit import SEEDS_DIR
-from evolve.language import parse_program
+from evaluator.ingest.kv_pool import UTILIZATION
+from evolve.cli.commands.fit import SEEDS_DIR
+from evolve.cli.main import main
+from evolve.program.language import parse_program
 
 CONFIG = "CodeLlama-34b-Instruct-hf"
 

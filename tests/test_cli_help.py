@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from evolve import cli
-from evolve.config import Config
+from evolve.cli import main as cli
+from evolve.config.schema import Config
 
 
 def _help(capsys, *argv: str) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from evolve.archive import Archive
-from evolve.cli import main
-from evolve.reporting import MODE_WORDS
+from evolve.cli.main import main
+from evolve.text.words import MODE_WORDS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
@@ -45,7 +45,7 @@ window_steps = 300
 
 
 def evolve(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "evolve.cli.main", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

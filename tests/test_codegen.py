@@ -1,4 +1,5 @@
-"""Code generation (evolve.codegen): the numpy (vector) and numba (scalar) forms of a program
+"""Code generation (evolve.program.codegen): the numpy (vector) and numba (scalar) forms of a
+program
 agree on random features for every seed, numeric guards reject bad output without crashing,
 compiled models are cached by program id, and the generated code names only what the
 whitelist allows."""
@@ -13,9 +14,9 @@ import pytest
 from program_text import GOOD, prog
 
 from evaluator.api import MAX_STEP_US, step_time_problem
-from evaluator.glossary import FEATURE_INDEX, N_FEATURES
-from evolve.codegen import step_model
-from evolve.language import parse_program
+from evaluator.features.glossary import FEATURE_INDEX, N_FEATURES
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 
 def sample_features(n: int = 400, seed: int = 0) -> np.ndarray:
@@ -119,7 +120,7 @@ def test_step_model_cached_by_id():
 
 
 def test_generated_code_names_only_whitelisted_globals():
-    from evolve.codegen import compile_program
+    from evolve.program.codegen import compile_program
 
     p = parse_program(PARITY[2])
     comp = compile_program(p)
@@ -145,8 +146,8 @@ def test_reads_kernels_skips_only_what_the_program_cannot_see(small_scenarios):
     would change the run of a program that reads them (so the flag is not decorative)."""
     import dataclasses
 
-    from evaluator.components import ARCH_FIELDS
-    from evaluator.simulator import simulate
+    from evaluator.features.components import ARCH_FIELDS
+    from evaluator.sim.simulator import simulate
 
     seeds = Path(__file__).resolve().parents[1] / "seeds"
     plain_p = parse_program((seeds / "anchored.py").read_text())

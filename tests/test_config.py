@@ -7,16 +7,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from evolve.cli import main
-from evolve.config import (
+from evolve.assess.splits import assign_splits
+from evolve.cli.main import main
+from evolve.config.as_toml import to_toml
+from evolve.config.schema import (
     Config,
     ConfigError,
     apply_dict,
     load_config,
     validate,
 )
-from evolve.config_toml import to_toml
-from evolve.splits import assign_splits
 
 
 def test_every_field_is_documented():

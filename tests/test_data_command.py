@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from evaluator.api import load_scenarios
-from evolve.cli import main
+from evolve.cli.main import main
 
 BURST = "20260217-202857-llama-2-70b-tp4-general"  # 845-880 s: a burst queues at the cap
 

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from evolve.cli import main
-from evolve.commands.fit import SEEDS_DIR
-from evolve.language import parse_program
+from evolve.cli.commands.fit import SEEDS_DIR
+from evolve.cli.main import main
+from evolve.program.language import parse_program
 
 
 def test_rule_lomo_gives_a_held_out_mixture_of_experts_the_prior_moe_cost(capsys, data_path):

@@ -1,4 +1,5 @@
-"""The program grammars (evolve/grammar.py, evolve/grammar_strict.py) against the checker.
+"""The program grammars (evolve/program/grammar.py, evolve/program/grammar_strict.py) against the
+checker.
 
 Why: the grammar sent to a server must never exclude a program of the language the search
 relies on (seeds, archived programs), and must exclude what the checker rejects for the
@@ -18,9 +19,9 @@ from lark import Lark
 from lark.exceptions import LarkError
 
 from evolve.errors import ProgramError
-from evolve.grammar import gbnf, lark
-from evolve.grammar_strict import strict_gbnf, strict_lark
-from evolve.language import parse_program
+from evolve.program.grammar import gbnf, lark
+from evolve.program.grammar_strict import strict_gbnf, strict_lark
+from evolve.program.language import parse_program
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = sorted((ROOT / "seeds").glob("*.py"))
@@ -116,7 +117,7 @@ def test_gbnf_renderings_load_in_llama_cpp():
 @pytest.mark.real_data
 def test_every_archived_program_of_a_short_run_parses(tmp_path):
     from evolve.archive import Archive
-    from evolve.config import Config, apply_dict, validate
+    from evolve.config.schema import Config, apply_dict, validate
     from evolve.search.loop import Search
 
     sys.path.insert(0, str(ROOT / "tests" / "search"))

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from program_text import GOOD, HEAD, prog
 
-from evolve.codegen import step_model
-from evolve.language import (
+from evolve.program.codegen import step_model
+from evolve.program.language import (
     MAX_COMPLEXITY,
     Program,
     ProgramError,

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llm_server import LLMServer, Reply, fenced, parent_source, program_for
 from needs import missing
 
-from evaluator.scenarios import DataError, data_dir
+from evaluator.data.scenarios import DataError, data_dir
 from evolve.archive import Archive
 from evolve.archive.digest import archive_digest
 
@@ -78,9 +78,9 @@ def responder(request: dict, n: int) -> Reply:
 
 def evolve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # Through main() as the console script does (``python -m evolve.cli`` would load the
-    # CLI module twice, as __main__ and as evolve.cli, with two distinct UserError classes).
-    main = "import sys; from evolve.cli import main; sys.exit(main())"
+    # Through main() as the console script does (``python -m evolve.cli.main`` would load the
+    # CLI module twice, as __main__ and as evolve.cli.main, with two distinct UserError classes).
+    main = "import sys; from evolve.cli.main import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", main, "run", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=170)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from evolve.archive import Archive
-from evolve.config import Config, apply_dict, validate
-from evolve.operators.offline import OfflineOperator
+from evolve.config.schema import Config, apply_dict, validate
+from evolve.operators.offline.operator import OfflineOperator
 from evolve.search.loop import Search
 
 pytestmark = pytest.mark.real_data  # tiny searches over three bundled runs

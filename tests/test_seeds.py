@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from evaluator.api import Evaluator, step_time_problem
-from evaluator.components import compute_features
-from evaluator.glossary import FEATURE_INDEX, N_STATS, STAT_INDEX
-from evolve.cli import main
-from evolve.codegen import step_model
-from evolve.commands.fit import SEEDS_DIR, available_seeds, load_program
+from evaluator.features.components import compute_features
+from evaluator.features.glossary import FEATURE_INDEX, N_STATS, STAT_INDEX
+from evolve.cli.commands.fit import SEEDS_DIR, available_seeds, load_program
+from evolve.cli.main import main
 from evolve.errors import UserError
 from evolve.fitting import const_map
-from evolve.language import parse_program
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 REQUIRED = {"trained_physics", "roofline", "linear", "phase_max", "regime", "smooth", "transfer",
             "layered"}
@@ -146,7 +146,7 @@ def test_layered_priors_give_the_measured_decode_interval_unfitted(all_scenarios
     steps) give each `general` run's decode interval, both load stages, with nothing
     fitted (0.5-2.3 % per run); BLIS's per-layer and per-request priors, which the seed
     declared before, are 13-29 % short on the same runs."""
-    from evaluator.simulator import simulate
+    from evaluator.sim.simulator import simulate
 
     p = parse_program((SEEDS_DIR / "layered.py").read_text())
     sc = next(s for s in all_scenarios if s.name == name)
@@ -273,7 +273,7 @@ def test_fit_command_fits_physical_constants(capsys, data_path, tmp_path):
     """`evolve fit` carries the search's physics penalty: a seed started from constants
     that price context below the measured kernels is fitted to ones that pass the checks."""
     from evaluator.api import probe_batches
-    from evolve import physics
+    from evolve.assess import physics
 
     src = (SEEDS_DIR / "transfer.py").read_text().replace(
         '"dc_kv": (1.94710771, 0.01, 20.0)', '"dc_kv": (0.3, 0.01, 20.0)')

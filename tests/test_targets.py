@@ -1,4 +1,4 @@
-"""What a command acts on: a file, a seed name or an archived id (evolve/targets.py)."""
+"""What a command acts on: a file, a seed name or an archived id (evolve/workflows/targets.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from evolve.errors import UserError
-from evolve.targets import SEEDS_DIR, load_target, seed_path, write_file
+from evolve.workflows.targets import SEEDS_DIR, load_target, seed_path, write_file
 
 
 def _args(program: str, tmp_path) -> argparse.Namespace:
@@ -70,8 +70,8 @@ def test_a_bad_constants_file_is_one_line_naming_it(tmp_path, text, needle):
 
 
 def test_constants_files_flat_nested_with_a_bom_and_not_utf8(tmp_path):
-    from evolve.language import parse_program
-    from evolve.targets import read_constants
+    from evolve.program.language import parse_program
+    from evolve.workflows.targets import read_constants
 
     program = parse_program((SEEDS_DIR / "linear.py").read_bytes())
     flat = tmp_path / "flat.json"
@@ -94,7 +94,7 @@ RUNS = [_Sc("a-codegen", "m1"), _Sc("a-general", "m1")]
 
 
 def test_scope_is_read_from_the_groups_that_name_something_in_the_data():
-    from evolve.targets import check_groups, infer_scope, unmatched_runs
+    from evolve.workflows.targets import check_groups, infer_scope, unmatched_runs
 
     # an archive fitted on four models, validated on data holding one of them
     pooled = {"global": {}, "m1": {}, "m2": {}, "m3": {}}

@@ -1,5 +1,5 @@
-"""evolve.validation: the decode interval by admission time, on known arrays and on the
-overloaded validate run whose drift docs/selection.md and evaluator/simulator.py describe."""
+"""evolve.workflows.validation: the decode interval by admission time, on known arrays and on the
+overloaded validate run whose drift docs/selection.md and evaluator/sim/simulator.py describe."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from evolve.cli import main
-from evolve.validation import DRIFT_MIN_REQUESTS, decode_drift
+from evolve.cli.main import main
+from evolve.workflows.validation import DRIFT_MIN_REQUESTS, decode_drift
 
 MIXTRAL_REASONING = "20260218-135247-mixtral-8x7b-v0-1-tp2-reasoning"
 
@@ -86,7 +86,7 @@ def test_an_overloaded_run_answers_with_failures_not_mean_e2e(capsys, data_path)
 
 
 def test_sensitivity_line_names_only_the_runs_at_a_knee():
-    from evolve.validation import Validation, sensitivity_lines
+    from evolve.workflows.validation import Validation, sensitivity_lines
 
     val = Validation({}, {}, sensitivity={
         "20260217-231439-llama-2-7b-tp1-general": {"minus": -0.086, "plus": 0.102},
@@ -105,7 +105,7 @@ def test_envelope_is_the_reach_past_the_models_training_runs():
     from types import SimpleNamespace
 
     from evaluator.api import STAT_INDEX
-    from evolve.validation import Validation, envelope, envelope_lines
+    from evolve.workflows.validation import Validation, envelope, envelope_lines
 
     def corpus(n_decode: float, kv_max: float, steps: int = 200):
         stats = np.zeros((len(STAT_INDEX), steps))
@@ -149,9 +149,9 @@ def test_validate_writes_the_three_plots(tmp_path, data_path, capsys):
 def test_plots_at_a_forced_scope_are_not_the_runs_own(tmp_path, data_path, capsys):
     """Found in review: `--scope global` on pooled constants simulated other constants per
     run, yet plots.json carried the run's digest and the report showed them unwarned."""
-    from evolve.language import parse_program
+    from evolve.program.language import parse_program
     from evolve.report.validation import constants_digest
-    from evolve.targets import SEEDS_DIR
+    from evolve.workflows.targets import SEEDS_DIR
 
     program = parse_program((SEEDS_DIR / "linear.py").read_bytes())
     init = {s.name: s.init for s in program.constants}

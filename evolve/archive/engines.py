@@ -19,7 +19,7 @@ wants one archive that several people and runs write to, on a server they alread
   fresh database at once do not race to create the tables.
 
 Passwords never appear in messages (:attr:`Location.label`: ``user:***@``, and ``***`` for
-``password=``, ``sslpassword=`` and every other secret parameter, ``evolve.untrusted``),
+``password=``, ``sslpassword=`` and every other secret parameter, ``evolve.text.untrusted``),
 and the archive location is not stored with a run's configuration. An address that does
 not parse (a port that is no number, or out of range) is one line, never a traceback.
 """
@@ -42,7 +42,7 @@ from sqlalchemy.types import TypeDecorator
 
 from evolve.archive.models import Base
 from evolve.errors import ArchiveError
-from evolve.untrusted import mask_secrets
+from evolve.text.untrusted import mask_secrets
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SCHEMA_LOCK_KEY = 0x65766F6C7665  # "evolve": the advisory lock around schema creation

@@ -29,8 +29,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from evolve.archive.ids import checked_id, checked_ids
-from evolve.canonical import canonical_json
 from evolve.errors import ArchiveError
+from evolve.text.canonical import canonical_json
 
 SCHEMA_VERSION = 1
 

@@ -27,7 +27,7 @@ from sqlalchemy import func, inspect, select
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.archive import aux
+from evolve.archive import process_tables as aux
 from evolve.archive.engines import first_line, open_engine, schema_lock
 from evolve.archive.informational import INFORMATIONAL, comparable_config
 from evolve.archive.models import (
@@ -43,7 +43,7 @@ from evolve.archive.models import (
     SchemaVersion,
 )
 from evolve.errors import ArchiveError
-from evolve.untrusted import mask_values
+from evolve.text.untrusted import mask_values
 
 
 def code_version() -> str:
@@ -156,7 +156,7 @@ class Archive:
     def create_run(self, seed: int, config: Any, splits: dict[str, str],
                    probe: bytes | None, lock: bool = False) -> int:
         """A new run's id; with ``lock``, this process holds its run lock from the start.
-        The stored ``config`` has its URLs' secrets masked (``evolve.untrusted``): an
+        The stored ``config`` has its URLs' secrets masked (``evolve.text.untrusted``): an
         archive is shared, a password in an endpoint's or database's URL is not."""
         version = code_version()
         config = mask_values(config)
@@ -218,7 +218,8 @@ class Archive:
             if self._aux_ready:
                 aux.forget_through(s, run_id, generation)
 
-    # ---- run locks and the journal (evolve.archive.aux) ------------------------------------
+    # ---- run locks and the journal (evolve.archive.process_tables)
+    # ------------------------------------
     def prepare_writer(self) -> None:
         """Create the lock and journal tables if this archive predates them (a write: a
         read-only archive fails here, with one line)."""

@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from evaluator.api import ConstMap, Scenario
-from evolve.language import Program
+from evolve.program.language import Program
 
 Scope = Literal["global", "per_model", "per_scenario", "pooled"]
 SCOPES: tuple[str, ...] = ("global", "per_model", "per_scenario", "pooled")

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from evaluator.api import ConstMap, Evaluator, ProbeBatches, StepModel
-from evolve.codegen import step_model
+from evolve.assess.physics import PhysicsPenalty, probes_for
 from evolve.fitting.bounds import Box, const_map
 from evolve.fitting.cmaes import PENALTY, minimize
 from evolve.fitting.inert import inert_constants
@@ -41,8 +41,8 @@ from evolve.fitting.teacher_forced import (
     Penalised,
     fitting_names,
 )
-from evolve.language import Program
-from evolve.physics import PhysicsPenalty, probes_for
+from evolve.program.codegen import step_model
+from evolve.program.language import Program
 
 
 class MatchObjective(GroupObjective):

@@ -24,13 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from evaluator.api import Evaluator, ProbeBatches, StepModel, loss, ordered_map
-from evolve.codegen import step_model
+from evolve.assess.physics import PhysicsPenalty
 from evolve.fitting.bounds import Box, FitResult, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
 from evolve.fitting.inert import inert_constants, names_of
 from evolve.fitting.teacher_forced import Penalised, Shrink
-from evolve.language import Program
-from evolve.physics import PhysicsPenalty
+from evolve.program.codegen import step_model
+from evolve.program.language import Program
 
 # CMA-ES's first step in the unit box. From a fitted child, 0.01 (about 10 % on a constant
 # boxed over four decades): closed loop, a run at its knee prices step time in a valley a
@@ -107,7 +107,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
     A constant no step time of the group depends on (its runs' teacher-forced windows if
     the evaluator has them, and ``probes``) keeps its start value, as in the teacher-forced
     fit (:mod:`evolve.fitting.inert`).
-    ``probes``: the teacher-forced fit's :class:`evolve.physics.PhysicsPenalty` for the
+    ``probes``: the teacher-forced fit's :class:`evolve.assess.physics.PhysicsPenalty` for the
     group's models, so a polish does not trade the physics checks for slice loss (the
     search would then reject the polished constants and keep the unpolished ones).
     """

@@ -35,9 +35,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from evaluator.api import StepModel
+from evolve.assess.physics import population_step_times
 from evolve.fitting.bounds import Box
-from evolve.language import Program
-from evolve.physics import population_step_times
+from evolve.program.language import Program
 
 _PROBE_UNITS = (0.0, 0.5, 1.0)  # where in its box each constant is tried
 _BASE_UNITS = (0.25, 0.75)  # the other constants, besides at the start (module docstring)

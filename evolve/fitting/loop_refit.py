@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from evaluator.api import Evaluator, ProbeBatches, RunMetrics, loss
-from evolve.codegen import step_model
 from evolve.fitting.bounds import const_map
 from evolve.fitting.closed_loop import closed_loop_fit
-from evolve.language import Program
+from evolve.program.codegen import step_model
+from evolve.program.language import Program
 
 Groups = dict[str, dict[str, float]]
 

@@ -9,12 +9,12 @@ and commands do not import each other.
 from __future__ import annotations
 
 from evaluator.api import Evaluator
-from evolve.codegen import step_model
+from evolve.assess.physics import probes_for
 from evolve.fitting.bounds import const_map
 from evolve.fitting.closed_loop import closed_loop_fit
 from evolve.fitting.teacher_forced import fit_program
-from evolve.language import Program
-from evolve.physics import probes_for
+from evolve.program.codegen import step_model
+from evolve.program.language import Program
 
 Groups = dict[str, dict[str, float]]
 

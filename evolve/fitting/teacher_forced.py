@@ -1,13 +1,13 @@
 """Teacher-forced fitting: the fitting loss of a constant group for a whole population.
 
-Why not call ``evaluator.score`` per candidate: it rebuilds per-run metrics (percentiles,
+Why not call ``evaluator.scoring.score`` per candidate: it rebuilds per-run metrics (percentiles,
 dicts) and calls the program once per run; CMA-ES needs hundreds of evaluations. Here the
 fitting windows of the group's runs are concatenated once, the program is evaluated once
 per *population* (constants as ``C[n_const, P, 1]`` broadcast against ``F[N_FEATURES, n]``,
-a form :mod:`evolve.codegen` supports), and only the two means the loss needs are computed.
+a form :mod:`evolve.program.codegen` supports), and only the two means the loss needs are computed.
 That is exactly the population objective :func:`evolve.fitting.cmaes.minimize` takes.
 
-The model mirrors ``evaluator/score.py`` (``score_fit_set``, ``_lifetimes``, ``loss``): a
+The model mirrors ``evaluator/scoring/score.py`` (``score_fit_set``, ``_lifetimes``, ``loss``): a
 request's TTFT is its fixed pre-admission time (corpus wait + queueing delay) plus the sum
 of the step times from its admission to its first token. Because that is linear in the step
 times, the per-run means are precomputed as weight vectors (see :class:`_Run`). The value
@@ -35,12 +35,12 @@ from evaluator.api import (
     StepModel,
     loss,
 )
-from evolve.codegen import step_model
+from evolve.assess.physics import PhysicsPenalty
 from evolve.fitting.bounds import Box, FitResult, const_map, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
 from evolve.fitting.inert import inert_constants, names_of
-from evolve.language import Program
-from evolve.physics import PhysicsPenalty
+from evolve.program.codegen import step_model
+from evolve.program.language import Program
 
 BLOCK = 80_000  # elements per vectorised block (candidates x steps)
 DEFAULT_MAX_EVALS = 1500
@@ -253,7 +253,7 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
     draws from ``derived_seed(seed, g, r)``. The evaluator's corpora must have been
     refreshed (``evaluator.refresh_corpora``) for every named scenario.
 
-    ``probes`` (model name -> synthetic batches): add :class:`evolve.physics.PhysicsPenalty`
+    ``probes`` (model name -> synthetic batches): add :class:`evolve.assess.physics.PhysicsPenalty`
     for the group's models to the loss, so the fit prefers physical constants. Scope
     ``pooled``: first a ``"global"`` group on every run, then each model's group starting
     there, with :class:`Shrink` of strength ``pool_strength / (training runs of the

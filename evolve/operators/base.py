@@ -18,7 +18,7 @@ import numpy as np
 class Parent:
     """A program as an operator sees it: source, fitted constants, training errors only."""
 
-    program: Any  # evolve.language.Program
+    program: Any  # evolve.program.language.Program
     constants: dict[str, dict[str, float]]  # group key -> {constant name: value}
     loss: float
     train_errors: dict[str, dict[str, float]]  # scenario name -> {"e2e_mean": ape, ...}

@@ -35,7 +35,7 @@ from evolve.archive.models import (
     Run,
     on_frontier,
 )
-from evolve.heldout import split_loss
+from evolve.assess.heldout import split_loss
 
 
 @dataclass

@@ -12,7 +12,7 @@ report's own (``outdir``: a marker lists what it wrote; nothing else is touched)
 
 Everything shown comes from an archive, which is untrusted: jinja2 escapes every value in
 text and attributes, the SVG builders escape theirs, every rendered value has the secrets
-of its URLs masked (``evolve.untrusted``), and each page's content security policy allows
+of its URLs masked (``evolve.text.untrusted``), and each page's content security policy allows
 its one script by hash, so no inline handler (``onerror=``) or injected script can run.
 """
 
@@ -40,7 +40,7 @@ from evolve.report.overview import build_overview
 from evolve.report.pick import champion
 from evolve.report.program import RUN_COLUMNS, build_program, displacements
 from evolve.report.validation import build_validation
-from evolve.untrusted import mask_secrets
+from evolve.text.untrusted import mask_secrets
 
 TEMPLATES = Path(__file__).parent / "templates"
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evolve.canonical import canonical_json
 from evolve.report.data import RunData
 from evolve.report.pick import champion
-from evolve.reporting import MODE_WORDS
+from evolve.text.canonical import canonical_json
+from evolve.text.words import MODE_WORDS
 
 KEYS = (("e2e_mean", "mean E2E (s)"), ("ttft_mean", "mean TTFT (s)"))
 PLOTS_OF = "plots.json"  # written by `evolve validate` beside its PNGs: {"program": id, ...}

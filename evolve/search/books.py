@@ -14,8 +14,8 @@ from typing import Any
 
 from evaluator.api import Evaluator
 from evolve.archive.models import Evaluation, ProgramRow
-from evolve.config import Config
-from evolve.language import Program
+from evolve.config.schema import Config
+from evolve.program.language import Program
 from evolve.search.context import Scored
 from evolve.search.grid import Elite, Grid
 from evolve.search.pareto import Frontier

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from evolve.config import Config
+from evolve.config.schema import Config
 from evolve.errors import ProgramError
-from evolve.language import Program, parse_program
 from evolve.operators.base import Proposal
+from evolve.program.language import Program, parse_program
 from evolve.search.books import Books
-from evolve.search.executors import Executor
+from evolve.search.execution.executors import Executor
 from evolve.search.fingerprint import fingerprint
 from evolve.search.rng import child_seed
 from evolve.search.state import source_id

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from evaluator.api import Evaluator, ProbeBatches, Scenario
-from evolve.physics import probes_for
+from evolve.assess.physics import probes_for
 
 
 @dataclass

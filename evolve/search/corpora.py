@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from evaluator.api import Evaluator, loss
-from evolve.codegen import step_model
 from evolve.fitting import const_map
-from evolve.language import Program
+from evolve.program.codegen import step_model
+from evolve.program.language import Program
 from evolve.search.context import RunContext
 
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from evaluator.api import Evaluator
-from evolve.codegen import numpy_model
-from evolve.language import Program
+from evolve.program.codegen import numpy_model
+from evolve.program.language import Program
 
 # Requests used to probe queueing_time for the fingerprint: (input_tokens, output_tokens).
 _PROBE_REQUESTS = np.array([[64.0, 550.0, 900.0, 1500.0, 3000.0],

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from evaluator.api import N_FEATURES
+from evolve.config.schema import DEFAULT_COMPLEXITY_EDGES
 
 Cell = tuple[int, int]  # (complexity bin index, number of distinct features)
 
 # Bins of width 3 over complexity 1..30 (the language's cap); bin j = [edge_j, edge_j+1).
-DEFAULT_COMPLEXITY_EDGES: tuple[int, ...] = (1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31)
 
 # A loss of 1.0 is a 100 % RMS error: an elite contributes ``max(0, ref - loss)`` to the QD
 # score, so useless programs add nothing and every cell's contribution is bounded.

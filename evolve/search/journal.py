@@ -3,7 +3,8 @@
 Why: a generation is committed to the archive only when it is complete, and one can take
 minutes (generation 0: every seed fitted and refitted closed loop) or cost money (LLM
 replies). A kill used to lose all of it. Now each finished job's result is written to the
-archive's ``journal`` table (:mod:`evolve.archive.aux`) at once, keyed by a content hash of
+archive's ``journal`` table (:mod:`evolve.archive.process_tables`) at once, keyed by a content hash
+of
 the job, and ``--resume`` serves a job found there instead of computing it again.
 
 Why the archive stays byte-identical to an uninterrupted run: a job is a pure function of
@@ -31,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from evolve.archive import Archive
-from evolve.search.executors import Executor, Result
-from evolve.search.pool import Job
+from evolve.search.execution.executors import Executor, Result
+from evolve.search.execution.pool import Job
 from evolve.search.stopping import critical
 
 _SAFE = {("evolve.search.context", "Scored"), ("numpy", "dtype"), ("numpy", "ndarray"),

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from evaluator.api import loss
-from evolve import physics
-from evolve.codegen import step_model
+from evolve.assess import physics
 from evolve.fitting import const_map, fit_program
 from evolve.fitting.bounds import derived_seed
-from evolve.language import Program
+from evolve.program.codegen import step_model
+from evolve.program.language import Program
 from evolve.search import transfer
 from evolve.search.context import RunContext, Scored
 from evolve.search.selection import split_loss

@@ -18,7 +18,7 @@ Why it is shaped this way:
 * Finished jobs (fits, closed-loop judgements, LLM exchanges) are journaled as they finish
   (:mod:`~evolve.search.journal`) and served from there by ``--resume``: a kill loses only
   the jobs still computing, and the archive is the same as an uninterrupted run's.
-* One process writes a run at a time: it holds the run's lock (``evolve.archive.aux``)
+* One process writes a run at a time: it holds the run's lock (``evolve.archive.process_tables``)
   from creation or resume until it ends.
 * SIGINT/SIGTERM (:mod:`~evolve.search.stopping`) stop it between two archive writes.
 * Wall time only ever *stops* a run, after a complete generation; it decides nothing else.
@@ -35,16 +35,17 @@ from typing import Any
 
 from evolve.archive import Archive
 from evolve.archive.store import utc_now
-from evolve.config import Config
+from evolve.assess.splits import assign_splits
+from evolve.config.llm import LLMConfig
+from evolve.config.schema import Config
 from evolve.errors import ArchiveError, BudgetExhausted, LLMUnavailable
-from evolve.language import parse_program
 from evolve.operators.base import Operator
-from evolve.operators.llm_config import LLMConfig
+from evolve.program.language import parse_program
 from evolve.search import stopping
 from evolve.search.books import Books
 from evolve.search.children import evaluate_children
 from evolve.search.context import make_context
-from evolve.search.executors import make_executor
+from evolve.search.execution.executors import make_executor
 from evolve.search.fingerprint import probe_bytes, probe_from_bytes
 from evolve.search.journal import Journal, JournaledExecutor
 from evolve.search.parents import choose
@@ -55,7 +56,6 @@ from evolve.search.seeding import generation_zero
 from evolve.search.setup import build_operator, load_evaluator, load_seeds, require_scenarios
 from evolve.search.state import load_state, snapshot_rows
 from evolve.search.stopping import StopRequested, critical
-from evolve.splits import assign_splits
 
 
 @dataclass

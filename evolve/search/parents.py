@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evolve.config import Config
+from evolve.config.schema import Config
 from evolve.operators.base import Parent
 from evolve.search.books import Books
 from evolve.search.pareto import select_parents

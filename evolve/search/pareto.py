@@ -5,7 +5,7 @@ on *both* objectives (training loss, complexity; both minimised). NSGA-II's non-
 rank and crowding distance (from pymoo, so the ranking is the textbook one) give that
 pressure; a binary tournament turns it into a selection probability.
 
-Interface (used by ``evolve.search.loop``, ``evolve.commands.frontier``):
+Interface (used by ``evolve.search.loop``, ``evolve.cli.commands.frontier``):
 
 * ``rank_and_crowding(objs) -> (rank, crowding)``: ``objs`` is ``(n, m)``, all minimised;
   ``rank`` 0 is the first front; ``crowding`` is pymoo's crowding distance within each

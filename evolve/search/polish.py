@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from evolve.config import Config
+from evolve.config.schema import Config
 from evolve.fitting import closed_loop_fit, group_key
 from evolve.fitting.closed_loop import SIGMA0
-from evolve.language import Program, parse_program
+from evolve.program.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
 from evolve.search.grid import Elite

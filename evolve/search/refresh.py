@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from evolve.archive.models import CorpusVersion
-from evolve.config import Config
+from evolve.config.schema import Config
 from evolve.errors import ArchiveError, UserError
-from evolve.language import Program, parse_program
+from evolve.program.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
 from evolve.search.corpora import refresh, restore_corpora, save_corpora
-from evolve.search.executors import Executor
+from evolve.search.execution.executors import Executor
 from evolve.search.judge import score_program
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from evolve.config import Config
+from evolve.config.schema import Config
 from evolve.errors import UserError
 from evolve.fitting.closed_loop import SEED_SIGMA0
-from evolve.language import Program
+from evolve.program.language import Program
 from evolve.search.books import Books
 from evolve.search.context import RunContext
-from evolve.search.executors import Executor
+from evolve.search.execution.executors import Executor
 from evolve.search.fingerprint import build_probe, fingerprint
 from evolve.search.polish import refit_job
 from evolve.search.refresh import new_corpus, rescore

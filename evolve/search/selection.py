@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from evolve.heldout import MIN_FAILURES, split_loss
+from evolve.assess.heldout import MIN_FAILURES, split_loss
 from evolve.search.grid import Elite
 
 __all__ = ["MIN_FAILURES", "champion", "selection_loss", "split_loss"]

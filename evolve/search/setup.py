@@ -10,13 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from evaluator.api import Evaluator, data_dir, experiment_dirs
-from evolve.config import Config
+from evolve.assets import asset_dir
+from evolve.config.llm import LLMConfig
+from evolve.config.schema import Config
 from evolve.errors import ArchiveError, ProgramError, UserError
-from evolve.language import Program, parse_program
 from evolve.operators.base import Operator
-from evolve.operators.llm_config import LLMConfig
+from evolve.program.language import Program, parse_program
 
-PROJECT_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
+PROJECT_SEEDS = asset_dir("seeds")
 
 
 def require_scenarios(evaluator: Evaluator, splits: Mapping[str, str], run_id: int) -> None:
@@ -70,7 +71,7 @@ def build_operator(cfg: Config, splits: dict[str, str], llm: LLMConfig | None = 
     if cfg.operator.kind == "llm":
         if not cfg.llm.model:
             raise UserError("operator.kind = llm needs llm.model (--llm MODEL)")
-        from evolve.operators.llm import build_llm_operator
+        from evolve.operators.llm.operator import build_llm_operator
 
         heldout = sorted(n for n, s in splits.items() if s != "train")
         return build_llm_operator(llm or cfg.llm, heldout, fallback=lambda: offline_operator(cfg))
@@ -80,6 +81,6 @@ def build_operator(cfg: Config, splits: dict[str, str], llm: LLMConfig | None = 
 def offline_operator(cfg: Config) -> Operator:
     """The offline operator with the run's complexity cap: also the LLM operator's fallback,
     so a run that falls back keeps the limits it was configured with."""
-    from evolve.operators.offline import OfflineOperator
+    from evolve.operators.offline.operator import OfflineOperator
 
     return OfflineOperator(max_complexity=min(cfg.search.complexity_cap, 30))

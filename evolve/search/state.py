@@ -17,9 +17,9 @@ from typing import Any
 
 from evolve.archive import Archive
 from evolve.archive.models import CorpusVersion, Evaluation, FrontierRow, GridCell, LLMCall
-from evolve.config import Config
+from evolve.config.schema import Config
 from evolve.errors import ArchiveError
-from evolve.language import Program
+from evolve.program.language import Program
 from evolve.search.context import Scored
 from evolve.search.grid import Elite, Grid
 from evolve.search.pareto import Frontier

@@ -38,10 +38,10 @@ import math
 from typing import TYPE_CHECKING
 
 from evaluator.api import RunMetrics
-from evolve.codegen import step_model
+from evolve.assess.heldout import fitting_loss
 from evolve.fitting import const_map, fit_program
-from evolve.heldout import fitting_loss
-from evolve.language import Program
+from evolve.program.codegen import step_model
+from evolve.program.language import Program
 
 if TYPE_CHECKING:
     from evolve.search.context import RunContext

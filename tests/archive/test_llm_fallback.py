@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from evolve.archive import Archive
 from evolve.archive.models import LLMCall
-from evolve.cli import main
+from evolve.cli.main import main
 
 
 def call(run_id: int, g: int, seq: int, status: str) -> LLMCall:

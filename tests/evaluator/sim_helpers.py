@@ -6,8 +6,8 @@ import numba as nb
 import numpy as np
 
 from evaluator.api import StepModel
-from evaluator.scenarios import make_scenario
-from evaluator.simulator import _STEP_SIG
+from evaluator.data.scenarios import make_scenario
+from evaluator.sim.simulator import _STEP_SIG
 
 
 @nb.njit(_STEP_SIG)

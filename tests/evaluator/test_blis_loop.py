@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from sim_helpers import CONST, hand_scenario
 
-from evaluator.simulator import simulate
-from evolve.codegen import step_model
-from evolve.language import parse_program
+from evaluator.sim.simulator import simulate
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 _scenario = hand_scenario
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaluator.components import ARCH_FIELDS, compute_features
-from evaluator.glossary import FEATURE_INDEX, N_STATS, STAT_INDEX
-from evaluator.kernel_interp import bilinear, interp_loglog, kernel_times
-from evaluator.kernel_loo import leave_one_out
-from evaluator.kernels import KernelTables, suffix_min
-from evaluator.scenarios import DataError
+from evaluator.data.kernel_tables import KernelTables, suffix_min
+from evaluator.data.scenarios import DataError
+from evaluator.features.components import ARCH_FIELDS, compute_features
+from evaluator.features.glossary import FEATURE_INDEX, N_STATS, STAT_INDEX
+from evaluator.features.kernel_interp import bilinear, interp_loglog, kernel_times
+from evaluator.features.kernel_loo import leave_one_out
 
 REASONING_7B = "20260217-170634-llama-2-7b-tp1-reasoning"
 

@@ -9,7 +9,8 @@ import statistics
 
 import pytest
 
-from evaluator.kv_memory import (
+from evaluator.data.scenarios import DataError, ModelArch
+from evaluator.ingest.kv_pool import (
     GIB,
     RUNTIME_GIB,
     estimate_for,
@@ -17,7 +18,6 @@ from evaluator.kv_memory import (
     parameter_count,
     pool_note,
 )
-from evaluator.scenarios import DataError, ModelArch
 
 
 def _servers(all_scenarios, data_path):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from evaluator.api import STAT_INDEX, StepModel
-from evaluator.prompts import prompt_period, with_prompt_cache
-from evaluator.scenarios import make_scenario
-from evaluator.simulator import _STEP_SIG, simulate
+from evaluator.data.prompt_cache import prompt_period, with_prompt_cache
+from evaluator.data.scenarios import make_scenario
+from evaluator.sim.simulator import _STEP_SIG, simulate
 
 
 @nb.njit(_STEP_SIG)
@@ -164,7 +164,7 @@ def test_prefill_per_request_as_the_engine_measured(all_scenarios, name):
     """The engine's sampled steps (data ``steps/enriched_steps.parquet``) computed 15.2
     (70B ``general``) and 11.2 (CodeLlama ``general``) prompt tokens per request; with
     only the system prompt cached the replica computes ~480."""
-    from evaluator.baselines import TRAINED_PHYSICS, trained_physics_consts
+    from evaluator.scoring.baselines import TRAINED_PHYSICS, trained_physics_consts
 
     sc = next(s for s in all_scenarios if s.name == name)
     consts = trained_physics_consts(sc)
@@ -178,7 +178,7 @@ def test_prefill_per_request_as_the_engine_measured(all_scenarios, name):
 
 def test_the_loader_and_the_commands_switch_prompt_caching(data_path, capsys):
     from evaluator.api import load_scenarios
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     name = "20260218-150956-codellama-34b-tp2-codegen"
     (on,) = load_scenarios(data_path, [name])

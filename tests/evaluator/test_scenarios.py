@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from evaluator.api import load_scenarios
-from evaluator.scenarios import DataError, data_dir
+from evaluator.data.scenarios import DataError, data_dir
 
 
 def test_all_runs_load_with_profile_output_lengths(all_scenarios):

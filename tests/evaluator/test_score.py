@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from evaluator.api import Evaluator
-from evaluator.baselines import (
+from evaluator.scoring.baselines import (
     LINEAR,
     LINEAR_INIT,
     ROOFLINE,
@@ -14,7 +14,7 @@ from evaluator.baselines import (
     roofline_consts,
     trained_physics_consts,
 )
-from evaluator.score import RunMetrics, loss
+from evaluator.scoring.score import RunMetrics, loss
 
 
 def _rm(e2e: float, ttft: float, valid: bool = True) -> RunMetrics:

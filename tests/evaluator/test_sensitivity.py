@@ -1,4 +1,4 @@
-"""evaluator.sensitivity: a scaled model is the model times the factor, and the E2E
+"""evaluator.sim.sensitivity: a scaled model is the model times the factor, and the E2E
 response is exactly the step-time change without a queue and amplified at a knee."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from evaluator.api import Evaluator, StepModel
-from evaluator.scenarios import make_scenario
-from evaluator.sensitivity import e2e_response, scaled
-from evaluator.simulator import _STEP_SIG, simulate
+from evaluator.data.scenarios import make_scenario
+from evaluator.sim.sensitivity import e2e_response, scaled
+from evaluator.sim.simulator import _STEP_SIG, simulate
 
 D = 1000.0  # µs per step
 

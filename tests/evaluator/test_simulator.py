@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from sim_helpers import CONST, hand_scenario
 
-from evaluator.baselines import TRAINED_PHYSICS, trained_physics_consts
-from evaluator.score import score_corpus
-from evaluator.simulator import simulate
+from evaluator.scoring.baselines import TRAINED_PHYSICS, trained_physics_consts
+from evaluator.scoring.score import score_corpus
+from evaluator.sim.simulator import simulate
 
 _scenario = hand_scenario
 
@@ -164,8 +164,8 @@ def test_threaded_simulation_equals_serial_in_order(small_scenarios):
 def test_bad_queueing_time_is_reported_not_raised(data_path):
     """As a bad step time: an invalid result with the reason (``evolve validate`` of such a
     program file was an internal error)."""
-    from evolve.codegen import step_model
-    from evolve.language import parse_program
+    from evolve.program.codegen import step_model
+    from evolve.program.language import parse_program
 
     p = parse_program('CONSTANTS = {"s": (20000.0, 1000.0, 80000.0), "q": (-5.0, -9.0, 9.0)}\n'
                       "def step_time(f, c):\n    return c.s + 0.0 * f.tp\n"

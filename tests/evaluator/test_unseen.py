@@ -1,5 +1,5 @@
 """Runs of a model nobody measured: the measured workloads, re-served by another model,
-with every measurement dropped (evaluator/unseen.py)."""
+with every measurement dropped (evaluator/ingest/unseen.py)."""
 
 from __future__ import annotations
 

@@ -14,15 +14,15 @@ from pathlib import Path
 import numpy as np
 from go_programs import MODEL_IDS, MODELS, OWN_PROGRAMS
 
-from evaluator.components import ARCH_FIELDS, compute_features
-from evaluator.glossary import N_STATS
-from evaluator.kernels import KernelTables, kernel_block
-from evaluator.scenarios import Hardware, ModelArch, data_dir
-from evolve.codegen import step_model
-from evolve.export.go import GroupInfo, export_go, type_prefix
-from evolve.export.go_body import field_names
-from evolve.export.go_harness import HarnessExport, build_harness, find_go, run_harness
-from evolve.language import parse_program
+from evaluator.data.kernel_tables import KernelTables, kernel_block
+from evaluator.data.scenarios import Hardware, ModelArch, data_dir
+from evaluator.features.components import ARCH_FIELDS, compute_features
+from evaluator.features.glossary import N_STATS
+from evolve.export.go.body import field_names
+from evolve.export.go.harness import HarnessExport, build_harness, find_go, run_harness
+from evolve.export.go.writer import GroupInfo, export_go, type_prefix
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 ROOT = Path(__file__).resolve().parents[2]
 GO = find_go()

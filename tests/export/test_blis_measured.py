@@ -24,8 +24,8 @@ import pytest
 from needs import require_blis_build
 
 from evaluator.api import load_scenarios
-from evolve.cli import main
-from evolve.export.go import BLIS_COMMIT
+from evolve.cli.main import main
+from evolve.export.go.writer import BLIS_COMMIT
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ("20260217-155451-llama-2-7b-tp1-codegen", "20260217-203421-llama-2-70b-hf-tp4-codegen")

@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 from needs import require_blis_build
 
-from evolve.cli import main
-from evolve.export.go import BLIS_COMMIT
+from evolve.cli.main import main
+from evolve.export.go.writer import BLIS_COMMIT
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN, START, END = "llama-2-7b-tp1-general", 600, 660  # the 20 rps stage: real batching

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from evolve.archive import Archive
-from evolve.cli import main
-from evolve.config import Config, apply_dict, validate
+from evolve.cli.main import main
+from evolve.config.schema import Config, apply_dict, validate
 from evolve.search.loop import Search
 
 SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen", "20260217-162547-llama-2-7b-tp1-roleplay"]

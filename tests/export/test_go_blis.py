@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 from needs import build_blis, require_blis, require_go
 
-from evaluator.components import compute_features
-from evolve.codegen import step_model
-from evolve.export.go import BLIS_COMMIT, GroupInfo, export_go, type_prefix
-from evolve.export.go_harness import go_env
-from evolve.language import parse_program
+from evaluator.features.components import compute_features
+from evolve.export.go.harness import go_env
+from evolve.export.go.writer import BLIS_COMMIT, GroupInfo, export_go, type_prefix
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,10 +14,10 @@ import pytest
 from go_programs import MODELS, OWN_PROGRAMS
 
 from evolve.errors import ExportError
-from evolve.export.go import BLIS_COMMIT, GroupInfo, export_go, type_prefix
-from evolve.export.go_expr import Atom, Binary, Call, Unary, format_expr
-from evolve.export.go_harness import find_go, go_env, gofmt_path
-from evolve.language import parse_program
+from evolve.export.go.expr import Atom, Binary, Call, Unary, format_expr
+from evolve.export.go.harness import find_go, go_env, gofmt_path
+from evolve.export.go.writer import BLIS_COMMIT, GroupInfo, export_go, type_prefix
+from evolve.program.language import parse_program
 
 ROOT = Path(__file__).resolve().parents[2]
 GO = find_go()
@@ -115,7 +115,7 @@ def test_pooled_lookup_falls_back_to_the_global_set():
 def test_cli_pooled_export_says_what_an_unmeasured_model_gets(tmp_path, capsys):
     """The global set of a frontier pick is not chosen for transfer: export-go says so, and
     names the rule for a model nobody measured; a per-model export has no such fallback."""
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     prog_file = tmp_path / "prog.py"
     prog_file.write_text(OWN_PROGRAMS["constant_only"])
@@ -129,7 +129,7 @@ def test_cli_pooled_export_says_what_an_unmeasured_model_gets(tmp_path, capsys):
 
 
 def test_cli_standalone(tmp_path):
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     prog_file = tmp_path / "prog.py"
     prog_file.write_text(OWN_PROGRAMS["all_calls"])
@@ -159,7 +159,7 @@ def test_cli_standalone(tmp_path):
     ("[1, 2]", "--constants: expected a JSON object"),  # as text: once read as a file name
 ])
 def test_cli_bad_constants_are_one_line(tmp_path, capsys, consts, needle):
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     prog_file = tmp_path / "prog.py"
     prog_file.write_text(OWN_PROGRAMS["constant_only"].replace('"step"', '"k"')
@@ -176,7 +176,7 @@ def test_cli_bad_constants_are_one_line(tmp_path, capsys, consts, needle):
 
 
 def test_cli_division_by_zero_names_the_file(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     prog_file = tmp_path / "zero.py"
     prog_file.write_text(OWN_PROGRAMS["constant_only"].replace("return c.step",
@@ -187,7 +187,7 @@ def test_cli_division_by_zero_names_the_file(tmp_path, capsys):
 
 
 def test_cli_per_scenario_needs_one_group(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     prog_file = tmp_path / "prog.py"
     prog_file.write_text(OWN_PROGRAMS["constant_only"])
@@ -207,7 +207,7 @@ def test_cli_from_archive(tmp_path, capsys):
     """Archive mode: constants, scope and scores of the latest accepted evaluation."""
     from evolve.archive import Archive
     from evolve.archive.models import Evaluation, ProgramRow
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     prog = parse_program((ROOT / "seeds" / "linear.py").read_text())
     consts = {m[0]: {n: 1.0 + j for j, n in enumerate(prog.const_names)} for m in MODELS}

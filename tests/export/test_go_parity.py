@@ -26,9 +26,9 @@ from go_parity import (
 )
 from go_programs import MODELS
 
-from evolve.codegen import step_model
-from evolve.export.go import BLIS_COMMIT
-from evolve.export.go_harness import go_env, gofmt_path
+from evolve.export.go.harness import go_env, gofmt_path
+from evolve.export.go.writer import BLIS_COMMIT
+from evolve.program.codegen import step_model
 
 needs_go = pytest.mark.usefixtures("go_toolchain")
 
@@ -80,7 +80,7 @@ def test_parity_synthetic(harness, tmp_path):
 def test_parity_real_run(harness, all_scenarios, tmp_path):
     """Golden corpora from the closed-loop simulator: the first 30 s of each model's
     reasoning run (longest contexts, batches up to 128, some preemption)."""
-    from evaluator.simulator import simulate
+    from evaluator.sim.simulator import simulate
 
     i = next(j for j, (name, _p) in enumerate(harness.programs) if name == "trained_physics")
     prog = harness.programs[i][1]

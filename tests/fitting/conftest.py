@@ -6,8 +6,8 @@ import pytest
 from fit_helpers import seed_program
 
 from evaluator.api import Evaluator
-from evolve.codegen import step_model
 from evolve.fitting import const_map
+from evolve.program.codegen import step_model
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evolve.language import Program, parse_program
+from evolve.program.language import Program, parse_program
 
 SEEDS = Path(__file__).resolve().parents[2] / "seeds"
 

@@ -7,7 +7,7 @@ import pytest
 from fit_helpers import seed_program
 
 from evolve.fitting import Box, const_map, derived_seed, group_key
-from evolve.language import parse_program
+from evolve.program.language import parse_program
 
 
 def test_unfitted_group_falls_back_to_initial_values(small_scenarios):

@@ -11,10 +11,10 @@ import pytest
 from fit_helpers import seed_program
 
 from evaluator.api import Evaluator
-from evaluator.scenarios import Measured
-from evolve.codegen import step_model
+from evaluator.data.scenarios import Measured
+from evolve.assess.physics import probes_for
 from evolve.fitting.calibrate import MatchObjective, calibrate
-from evolve.physics import probes_for
+from evolve.program.codegen import step_model
 
 RUN = "20260217-202857-llama-2-70b-tp4-general"  # one model's run, as a LOMO fold has
 # the roofline seed at other constants than it declares (1.5, 1.2, 1.0, 3000)

@@ -13,10 +13,10 @@ import pytest
 from fit_helpers import ALWAYS_INVALID, seed_program, slow_roofline
 
 from evaluator.api import Evaluator, loss
-from evolve.codegen import step_model
 from evolve.fitting import PENALTY, SliceObjective, closed_loop_fit, group_key, slice_evaluator
 from evolve.fitting.closed_loop import SEED_SIGMA0, SIGMA0
-from evolve.language import parse_program
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 SLICE = {"width_s": 40.0, "warmup_s": 10.0}
 FAR = {"sigma0": SEED_SIGMA0, **SLICE}  # a start far from any optimum takes the wide step
@@ -82,7 +82,7 @@ def test_a_far_start_needs_the_seeds_wide_step(ev):
 
 
 def test_a_threaded_closed_loop_fit_is_the_same_fit(small_scenarios):
-    """Commands simulate on every core (evolve.targets.on_all_cores): the slices inherit
+    """Commands simulate on every core (evolve.workflows.targets.on_all_cores): the slices inherit
     the evaluator's threads, and the fit is the one computed one slice at a time."""
     serial = Evaluator(small_scenarios)
     threaded = Evaluator(small_scenarios)
@@ -153,7 +153,7 @@ def test_physics_probes_steer_the_closed_loop_fit_to_a_priced_context(ev):
     """A start that prices context at a fifth of the KV read breaks the long-context slope
     check; with the probes the polish ends on constants that pass every physics check."""
     from evaluator.api import probe_batches
-    from evolve import physics
+    from evolve.assess import physics
 
     p = parse_program('CONSTANTS = {"k": (0.2, 0.0, 2.0), "base": (30000.0, 100.0, 60000.0)}\n'
                       "\ndef step_time(f, c):\n"

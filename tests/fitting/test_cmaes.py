@@ -11,7 +11,7 @@ import pytest
 
 from evolve.fitting import PENALTY, Box, Minimum, PopulationObjective, minimize
 from evolve.fitting.cmaes import UnitBox
-from evolve.language import Program, parse_program
+from evolve.program.language import Program, parse_program
 
 TARGET = np.array([2.5, 7.0, 4.2])
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from evolve.codegen import step_model
 from evolve.fitting import Box, closed_loop_fit, fit_program
 from evolve.fitting.inert import inert_constants
-from evolve.language import parse_program
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 GATED = parse_program(
     'CONSTANTS = {"eff": (1.0, 0.5, 2.0), "moe_us": (30.0, 0.0, 400.0),\n'

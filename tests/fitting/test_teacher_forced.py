@@ -9,9 +9,9 @@ import pytest
 from fit_helpers import ALWAYS_INVALID, seed_program, slow_roofline
 
 from evaluator.api import loss
-from evolve.codegen import step_model
 from evolve.fitting import PENALTY, Box, GroupObjective, const_map, fit_program, group_key
-from evolve.language import Program, parse_program
+from evolve.program.codegen import step_model
+from evolve.program.language import Program, parse_program
 
 
 def _random_constants(p: Program, n: int, seed: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 from hardening_helpers import baseline_digest, config_dict, tiny_toml
 
 from evolve.archive import Archive
-from evolve.config import Config, apply_dict, validate
+from evolve.config.schema import Config, apply_dict, validate
 from evolve.search.loop import Search
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from evolve.archive import Archive
 from evolve.archive.digest import archive_digest
-from evolve.config import Config, apply_dict, validate
+from evolve.config.schema import Config, apply_dict, validate
 from evolve.search.loop import Search
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def digest(archive: Path) -> str:
 def evolve(*args: str, **kw: Any) -> subprocess.Popen[str]:
     """``evolve ARGS`` as a child process (its own process group: signals go to it only)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "evolve.cli.main", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, **kw)
 

@@ -16,7 +16,7 @@ import pytest
 from hardening_helpers import table_count
 
 from evolve.archive import Archive
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.errors import ArchiveError
 
 pytestmark = pytest.mark.real_data

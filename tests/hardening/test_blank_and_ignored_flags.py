@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.cli import main
+from evolve.cli.main import main
 
 
 def _one_line(capsys) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from evaluator.api import DataError
-from evolve import cli, errors
+from evolve import errors
+from evolve.cli import main as cli
 
 
 def _command(monkeypatch, exc: BaseException) -> None:
@@ -106,7 +107,7 @@ def test_a_server_archive_that_fails_mid_run_is_named_without_its_password():
     connection failed ..." naming no archive (a file archive was named)."""
     from sqlalchemy.exc import OperationalError
 
-    from evolve.cli import expected_error
+    from evolve.cli.main import expected_error
 
     exc = OperationalError("SELECT 1", {}, Exception("connection refused"))
     line = expected_error(exc, "postgresql://evolve:s3cret@127.0.0.1:5432/ev")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.errors import UserError
 
 HUGE = "9" * 400
@@ -78,7 +78,7 @@ def test_an_edited_stored_source_is_refused(finished, command, capsys):
 def test_a_stored_source_that_no_longer_passes_the_checker():
     """The language changed under an archive: its id still matches, the checker refuses."""
     from evolve.archive.ids import source_id
-    from evolve.targets import parse_stored
+    from evolve.workflows.targets import parse_stored
 
     src = 'CONSTANTS = {"a": (1.0, 0.0, 10.0)}\n\ndef step_time(f, c):\n    return c.a + ' \
         + HUGE + "\n"
@@ -196,9 +196,9 @@ def test_fit_head_seconds_must_be_finite_and_positive(value, capsys):
 
 def test_the_executor_checks_the_cap_again_before_any_process_exists():
     """A config that skipped validation (a library caller) still cannot fork 4096."""
-    from evolve.config import Config
+    from evolve.config.schema import Config
     from evolve.errors import ConfigError
-    from evolve.search.executors import make_executor
+    from evolve.search.execution.executors import make_executor
 
     cfg = Config()
     cfg.run.workers = 4096  # not validated

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_server import LLMServer
 
-from evolve.cli import main
+from evolve.cli.main import main
 
 S = "hunter2-Cr3dential-42"
 ARCHIVE_URLS = [
@@ -68,7 +68,7 @@ def test_an_archive_url_secret_is_never_shown(tmp_path, capsys, crash_dir, url, 
 
 
 def test_a_traceback_file_has_the_secret_masked(tmp_path, capsys, crash_dir, monkeypatch):
-    import evolve.commands.runs as runs
+    import evolve.cli.commands.runs as runs
 
     url = ARCHIVE_URLS[1]
 
@@ -142,15 +142,15 @@ def test_a_run_stores_and_reports_its_endpoint_without_the_secret(
     ("http://token@h/ and max_tokens=5", "http://token@h/ and max_tokens=5"),
 ])
 def test_one_masking_function_for_every_form(text, shown):
-    from evolve.untrusted import mask_secrets
+    from evolve.text.untrusted import mask_secrets
 
     assert mask_secrets(text) == shown
 
 
 def test_userinfo_is_stripped_from_the_endpoint_and_never_stored():
-    from evolve.operators.llm_config import LLMConfig
-    from evolve.operators.llm_endpoint import endpoint_parts
-    from evolve.untrusted import printable, strip_userinfo
+    from evolve.config.llm import LLMConfig
+    from evolve.operators.llm.endpoint import endpoint_parts
+    from evolve.text.untrusted import printable, strip_userinfo
 
     assert strip_userinfo("https://a:b@c@h:1/v1?k=1") == "https://h:1/v1?k=1"
     assert LLMConfig(base_url=f"http://u:{S}@h/v1").base_url == "http://h/v1"

@@ -1,5 +1,5 @@
-"""Fuzzing the security boundary: the checker (``evolve.lang_check`` through
-``parse_program``) and the compiler (``evolve.codegen``).
+"""Fuzzing the security boundary: the checker (``evolve.program.whitelist`` through
+``parse_program``) and the compiler (``evolve.program.codegen``).
 
 Three sources of hostile text, deterministic (``derandomize``) and fast:
 
@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evaluator.api import FEATURE_NAMES
-from evolve.codegen import compile_program
 from evolve.errors import ProgramError
-from evolve.lang_check import CALL_ARITY
-from evolve.language import parse_program
+from evolve.program.codegen import compile_program
+from evolve.program.language import parse_program
+from evolve.program.whitelist import CALL_ARITY
 
 SEEDS = sorted((Path(__file__).resolve().parents[2] / "seeds").glob("*.py"))
 SEED_TEXTS = [p.read_text() for p in SEEDS]

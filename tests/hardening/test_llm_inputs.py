@@ -20,13 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_server import LINEAR, LLMServer, Reply, good_responder, make_parent
 
-from evolve.cli import main
+from evolve.cli.main import main
+from evolve.config.llm import LLMConfig
 from evolve.errors import CassetteError
-from evolve.operators.cassette import Cassette, load_entries, request_hash
-from evolve.operators.llm import LLMOperator
-from evolve.operators.llm_config import LLMConfig
-from evolve.operators.llm_endpoint import Endpoint, Exchange
-from evolve.operators.prompting import estimate_tokens
+from evolve.operators.llm.cassette import Cassette, load_entries, request_hash
+from evolve.operators.llm.endpoint import Endpoint, Exchange
+from evolve.operators.llm.operator import LLMOperator
+from evolve.operators.llm.prompting import estimate_tokens
 from evolve.report.llmlog import load_prompts
 
 

@@ -11,9 +11,9 @@ import pytest
 from hardening_helpers import evolve, table_count
 
 from evolve.archive import Archive
-from evolve.archive.aux import RunLock, RunLocked
+from evolve.archive.process_tables import RunLock, RunLocked
 from evolve.archive.store import utc_now
-from evolve.cli import main
+from evolve.cli.main import main
 
 pytestmark = pytest.mark.real_data
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.cli import main
+from evolve.cli.main import main
 
 
 @pytest.mark.parametrize("seed, why", [
@@ -28,7 +28,7 @@ def test_a_fitting_seed_outside_runs_range_is_refused(argv, seed, why, capsys):
 
 
 def test_the_largest_seed_run_takes_is_taken():
-    from evolve.targets import seed_arg
+    from evolve.workflows.targets import seed_arg
     assert seed_arg(str(2**63 - 1)) == 2**63 - 1 and seed_arg("0") == 0
 
 

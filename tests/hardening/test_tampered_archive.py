@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from evolve.archive.ids import source_id
-from evolve.cli import main
+from evolve.cli.main import main
 
 pytestmark = pytest.mark.real_data
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.errors import CassetteError, ProgramError
-from evolve.language import parse_program
-from evolve.operators.cassette import load_entries
+from evolve.operators.llm.cassette import load_entries
+from evolve.program.language import parse_program
 
 ROOT = Path(__file__).resolve().parents[2]
 HUGE = "9" * 400
@@ -67,7 +67,7 @@ def test_corrupt_cassette_message_reads_well(tmp_path):
 
 def test_a_reader_that_leaves_early_gets_no_traceback(data_path):
     # the reader is gone before evolve writes a byte (as with `| true`)
-    proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "data", "--data",
+    proc = subprocess.Popen([sys.executable, "-m", "evolve.cli.main", "data", "--data",
                              str(data_path)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     proc.stdout.close()

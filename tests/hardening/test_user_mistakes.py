@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from evolve.cli import main
+from evolve.cli.main import main
 
 
 def _line(capsys) -> str:
@@ -272,7 +272,7 @@ def test_llm_check_blank_flags_and_a_huge_timeout(capsys, argv, needle):
 ])
 def test_calibrate_refuses_blank_and_huge_values_before_the_work(
         tmp_path, monkeypatch, capsys, argv, needle):
-    import evolve.commands.calibrate as calibrate
+    import evolve.cli.commands.calibrate as calibrate
 
     def no_work(_args):
         raise AssertionError("the target was loaded")
@@ -287,7 +287,7 @@ def test_calibrate_refuses_blank_and_huge_values_before_the_work(
 def test_calibrate_checks_its_out_before_loading_anything(tmp_path, monkeypatch, capsys):
     """--out under a file was found after the data and the KV estimate (seconds), and a
     refused calibration must leave no directory behind."""
-    import evolve.commands.calibrate as calibrate
+    import evolve.cli.commands.calibrate as calibrate
     from evolve.errors import UserError
 
     def no_work(_args):
@@ -350,7 +350,7 @@ def test_study_passes_head_seconds_zero_on(tmp_path):
     """--head-seconds 0 (whole runs) was dropped, so a config's cut applied silently."""
     import argparse
 
-    from evolve.commands import study
+    from evolve.cli.commands import study
 
     parser = argparse.ArgumentParser()
     study.add_arguments(parser)

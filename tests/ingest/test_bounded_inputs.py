@@ -17,7 +17,7 @@ import pytest
 from trace_helpers import edit_csv, model_dir, perf_dir, write
 
 from evaluator.api import DataError, read_tracev2
-from evolve.cli import main
+from evolve.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAGS = ["--hardware", "H100", "--kv-blocks", "3000", "--max-num-batched-tokens", "2048",
@@ -72,8 +72,8 @@ def test_a_header_at_the_size_limit_is_read_in_linear_time(tmp_path):
 
 _PEAK = """
 import json, re, sys, time
-from evaluator.run_files import DataError
-from evaluator.tracev2 import read_tracev2
+from evaluator.data.run_files import DataError
+from evaluator.ingest.tracev2 import read_tracev2
 def rss():  # peak RSS in MB (VmHWM: ru_maxrss would count the forking pytest's, kept by exec)
     status = open("/proc/self/status").read()
     return int(re.search(r"VmHWM:\\s*(\\d+) kB", status).group(1)) / 1024
@@ -164,7 +164,7 @@ def test_constants_json_python_cannot_read(tmp_path, capsys, crash_dir, text, ne
 
 def test_bundled_format_requests_json_with_a_5000_digit_number(tmp_path):
     from evaluator.api import DataError as Refused
-    from evaluator.run_files import _read_json
+    from evaluator.data.run_files import _read_json
 
     path = tmp_path / "requests.json"
     path.write_text('{"requests": [{"index": 0, "input_tokens": ' + HUGE + "}]}")

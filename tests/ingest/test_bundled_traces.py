@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from evaluator.api import Evaluator, load_scenarios
-from evolve.cli import main
-from evolve.codegen import step_model
-from evolve.language import parse_program
+from evolve.cli.main import main
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 pytestmark = pytest.mark.real_data
 ROOT = Path(__file__).resolve().parents[2]

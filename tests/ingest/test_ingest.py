@@ -14,7 +14,7 @@ import yaml
 from trace_helpers import columns, edit_csv, model_dir, perf_dir, write
 
 from evaluator.api import load_scenarios
-from evolve.cli import main
+from evolve.cli.main import main
 
 FLAGS = ["--hardware", "H100", "--kv-blocks", "3000", "--max-num-batched-tokens", "2048",
          "--tp", "1", "--max-num-seqs", "64", "--block-size", "16"]
@@ -279,7 +279,7 @@ def test_export_trace_of_a_slice_keeps_statuses(tmp_path, capsys):
     prefix = tmp_path / "slice"
     assert main(["export-trace", "mine", "--data", str(out), "--from", "0.6", "--to", "2.1",
                  "--out", str(prefix)]) == 0
-    from evaluator.tracev2 import read_tracev2
+    from evaluator.ingest.tracev2 import read_tracev2
 
     t = read_tracev2(f"{prefix}.yaml", f"{prefix}.csv")
     assert t.columns["status"].tolist() == ["timeout", "ok", "ok", "ok", "error", "ok"]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from trace_helpers import edit_csv, model_dir, perf_dir, write
 
-from evolve.cli import main
+from evolve.cli.main import main
 
 FLAGS = ["--hardware", "H100", "--kv-blocks", "3000", "--max-num-batched-tokens", "2048",
          "--tp", "1", "--max-num-seqs", "64", "--block-size", "16"]
@@ -236,7 +236,7 @@ def test_inference_perf_mistakes(tmp_path, capsys, what, needle):
 def test_an_ingest_killed_while_writing_leaves_nothing(tmp_path, monkeypatch):
     """SIGTERM (`kill`, `timeout`) mid-write unwinds like Ctrl-C: no half-written
     experiment, and the data directory it created is gone again."""
-    import evaluator.experiment as experiment
+    import evaluator.data.experiment as experiment
 
     def killed(_path):
         os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here, mid-write

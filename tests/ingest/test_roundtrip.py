@@ -14,9 +14,9 @@ import numpy as np
 from synthetic_data import TRUTH, TRUTH_PROGRAM
 
 from evaluator.api import Evaluator, load_scenarios
-from evolve.cli import main
-from evolve.codegen import step_model
-from evolve.language import parse_program
+from evolve.cli.main import main
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 TINY_RUN = """
 [run]

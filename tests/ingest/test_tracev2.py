@@ -9,8 +9,8 @@ import pytest
 from needs import build_blis, require_blis
 from trace_helpers import columns, edit_csv, write
 
-from evaluator.scenarios import DataError
-from evaluator.tracev2 import REQUIRED, expected_columns, read_tracev2, write_tracev2
+from evaluator.data.scenarios import DataError
+from evaluator.ingest.tracev2 import REQUIRED, expected_columns, read_tracev2, write_tracev2
 
 
 def test_write_then_read_keeps_every_column(tmp_path):
@@ -32,7 +32,7 @@ def test_write_then_read_keeps_every_column(tmp_path):
 
 def test_required_columns_are_blis_columns(tmp_path):
     """The column list mirrors ``traceV2Columns`` in BLIS's tracev2.go."""
-    from evolve.export.go import BLIS_COMMIT
+    from evolve.export.go.writer import BLIS_COMMIT
 
     rel = "sim/workload/tracev2.go"
     build_blis.extract(require_blis(BLIS_COMMIT), tmp_path, BLIS_COMMIT, [rel])

@@ -10,7 +10,7 @@ import numpy as np
 import yaml
 from synthetic_data import MODEL_CONFIG
 
-from evaluator.tracev2 import write_tracev2
+from evaluator.ingest.tracev2 import write_tracev2
 
 WALL0 = 1_771_340_000_000_000  # a Unix time in µs, as `blis observe` records send times
 

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_server import make_parent
 
-from evolve.local.server import LocalServer, default_gguf
-from evolve.operators.prompting import COMPACT_TOKEN_CAP, build_prompt
+from evolve.operators.llm.local.server import LocalServer, default_gguf
+from evolve.operators.llm.prompting import COMPACT_TOKEN_CAP, build_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
@@ -67,7 +67,7 @@ def test_compact_prompt_is_under_1500_tokens_of_the_model(server):
 
 
 def test_llm_check_sees_the_grammar_honoured(server):
-    out = subprocess.run([sys.executable, "-m", "evolve.cli", "llm-check", "--llm", "local",
+    out = subprocess.run([sys.executable, "-m", "evolve.cli.main", "llm-check", "--llm", "local",
                           "--llm-base-url", server.base_url, "--constrain", "gbnf", "--json",
                           "--timeout", "60"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -123,7 +123,7 @@ polish_evals = 4
 """)
     archive = tmp_path / "a.db"
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--config", str(config),
+    out = subprocess.run([sys.executable, "-m", "evolve.cli.main", "run", "--config", str(config),
                           "--llm", "local", "--archive", str(archive)],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     print(out.stdout, out.stderr[-2000:], f"{time.monotonic() - t0:.0f} s")

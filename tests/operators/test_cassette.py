@@ -13,16 +13,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_server import LINEAR, LLMServer, Reply, fenced, good_responder, make_parent
 
-from evolve.operators.cassette import (
+from evolve.config.llm import LLMConfig
+from evolve.operators.llm.cassette import (
     Cassette,
     CassetteError,
     CassetteMiss,
     canonical_request,
     request_hash,
 )
-from evolve.operators.llm import LLMOperator
-from evolve.operators.llm_config import LLMConfig
-from evolve.operators.llm_endpoint import Exchange
+from evolve.operators.llm.endpoint import Exchange
+from evolve.operators.llm.operator import LLMOperator
 
 # A complete stored exchange (loading checks every field of it).
 EXCHANGE = Exchange("ok", "x", "stop", 3, 1, 0.5, 1, None).to_dict()

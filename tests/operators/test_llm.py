@@ -25,17 +25,17 @@ from llm_server import (
     program_for,
 )
 
-from evolve.language import parse_program
-from evolve.operators.llm import (
+from evolve.config.llm import LLMConfig
+from evolve.operators.llm.operator import (
     BudgetExhausted,
     LLMOperator,
     LLMUnavailable,
     build_llm_operator,
 )
-from evolve.operators.llm_config import LLMConfig
-from evolve.operators.prompting import (
+from evolve.operators.llm.prompting import (
     TEMPLATE_VERSION,
 )
+from evolve.program.language import parse_program
 
 CONTRACT_KEYS = {"request_hash", "model", "template_version", "prompt_tokens",
                  "completion_tokens", "cost_usd", "latency_s", "status", "reply", "error",
@@ -279,7 +279,7 @@ def test_prompt_too_large_is_a_proposal_error(serve, parents):
 # ---- evolve llm-check --------------------------------------------------------------------
 
 def test_llm_check_prints_latency_reply_and_usage(serve, capsys):
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     server = serve(lambda req, n: Reply(content="pong", prompt_tokens=12, completion_tokens=1))
     rc = main(["llm-check", "--llm", "test-model", "--llm-base-url", server.base_url,
@@ -291,7 +291,7 @@ def test_llm_check_prints_latency_reply_and_usage(serve, capsys):
 
 
 def test_llm_check_unreachable_is_one_line_and_nonzero(serve, capsys):
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     server = serve()
     server.stop()
@@ -306,7 +306,7 @@ def test_llm_check_json_answers_on_stdout_also_on_failure(serve, capsys):
     """A script reading ``--json`` gets an object either way: ok true or ok false + error."""
     import json
 
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     server = serve(lambda req, n: Reply(content="pong", prompt_tokens=12, completion_tokens=1))
     args = ["llm-check", "--llm", "test-model", "--llm-base-url", server.base_url, "--json"]

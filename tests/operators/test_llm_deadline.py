@@ -25,8 +25,8 @@ from llm_server import (
     program_for,
 )
 
-from evolve.operators.llm import LLMOperator
-from evolve.operators.llm_config import LLMConfig
+from evolve.config.llm import LLMConfig
+from evolve.operators.llm.operator import LLMOperator
 
 
 def config(server: LLMServer, **kw) -> LLMConfig:
@@ -79,7 +79,7 @@ def test_connection_refused_is_retried_then_falls_back(serve):
 
 
 def test_fallback_offline_operator_keeps_the_runs_complexity_cap(serve):
-    from evolve.config import Config
+    from evolve.config.schema import Config
     from evolve.search.setup import build_operator
 
     server = serve(lambda req, n: Reply(status=503))
@@ -96,7 +96,7 @@ def test_fallback_offline_operator_keeps_the_runs_complexity_cap(serve):
 
 
 def test_llm_check_reports_whether_the_grammar_is_honoured(serve, capsys):
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     def obeys(req, n):  # a server that honours the probe's grammar
         return Reply(content="evolve-042" if "grammar" in req else "pong")
@@ -132,7 +132,7 @@ def test_constrained_requests_carry_the_grammar_and_their_own_cassette_key(serve
 def test_llm_check_on_a_malformed_200_is_one_line(serve, capsys, body):
     """An endpoint that is not OpenAI-compatible may answer 200 with anything (it once
     crashed llm-check with an AttributeError)."""
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     server = serve(lambda req, n: Reply(raw_body=body))
     code = main(["llm-check", "--llm", "test-model", "--llm-base-url", server.base_url])

@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llm_server import LLMServer, good_responder, make_parent
 
 from evolve.archive import Archive
-from evolve.operators.llm import LLMOperator
-from evolve.operators.llm_config import LLMConfig
+from evolve.config.llm import LLMConfig
+from evolve.operators.llm.operator import LLMOperator
 from evolve.search.journal import Journal
 
 

@@ -8,10 +8,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from evolve.language import parse_program
-from evolve.operators import ast_edit
 from evolve.operators.base import Parent, Proposal
-from evolve.operators.offline import DEFAULT_WEIGHTS, MAX_NOTES, OfflineOperator
+from evolve.operators.offline import ast_edit
+from evolve.operators.offline.operator import DEFAULT_WEIGHTS, MAX_NOTES, OfflineOperator
+from evolve.program.language import parse_program
 
 SEEDS = [
     '''"""Roofline: compute or memory bound, plus a fixed overhead."""

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_server import HELDOUT_RUNS, LINEAR, ROOFLINE, make_parent
 
-from evolve.operators.llm_config import LLMConfig
-from evolve.operators.prompting import COMPACT_ESTIMATE_CAP, build_prompt
+from evolve.config.llm import LLMConfig
+from evolve.operators.llm.prompting import COMPACT_ESTIMATE_CAP, build_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The mutation prompt (evolve.operators.prompting): the glossary and the training errors go
+"""The mutation prompt (evolve.operators.llm.prompting): the glossary and the training errors go
 in, held-out runs never do (a leak raises), errors are signed when the prediction is known,
 and a prompt over its token cap is cut from the inspirations and batch rows first."""
 
@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_server import HELDOUT_RUNS, LINEAR, TRAIN_RUNS, make_parent
 
-from evaluator.glossary import FEATURES
-from evolve.operators.prompting import HeldoutLeak, build_prompt, estimate_tokens
+from evaluator.features.glossary import FEATURES
+from evolve.operators.llm.prompting import HeldoutLeak, build_prompt, estimate_tokens
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Reply parsing (evolve.operators.replies): the last fenced block defining step_time wins, a
+"""Reply parsing (evolve.operators.llm.replies): the last fenced block defining step_time wins, a
 SEARCH/REPLACE diff must match the parent, and an unfenced program is refused."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_server import program_for
 
-from evolve.operators.replies import extract_program
+from evolve.operators.llm.replies import extract_program
 
 
 def test_last_fenced_step_time_block_wins():

@@ -14,10 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_server import HELDOUT_RUNS, Reply, fenced, llm_config, make_parent, program_for
 
-from evolve.cli import main
-from evolve.operators.llm import build_llm_operator
-from evolve.operators.llm_config import LLMConfig
-from evolve.operators.llm_endpoint import Exchange, cap_reply
+from evolve.cli.main import main
+from evolve.config.llm import LLMConfig
+from evolve.operators.llm.endpoint import Exchange, cap_reply
+from evolve.operators.llm.operator import build_llm_operator
 
 BIG = 60 * 1024 * 1024
 CAP = 64 * 1024

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from evaluator.api import probe_batches
-from evolve import physics
-from evolve.codegen import step_model
-from evolve.language import parse_program
+from evolve.assess import physics
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 
 HEAD = 'CONSTANTS = {"a": (1.0, 0.0, 10.0), "b": (100.0, 0.0, 1e4)}\n\ndef step_time(f, c):\n'
 

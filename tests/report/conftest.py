@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from report_synthetic import make_archive
 
-from evolve.cli import main
+from evolve.cli.main import main
 
 SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
              "20260218-150956-codellama-34b-tp2-codegen",   # validate

@@ -17,7 +17,7 @@ from pathlib import Path
 from evolve.archive import Archive
 from evolve.archive.ids import source_id
 from evolve.archive.models import Evaluation, FrontierRow, GridCell, LLMCall, ProgramRow
-from evolve.heldout import split_loss
+from evolve.assess.heldout import split_loss
 
 EDGES = [1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31]
 FEATURES = ["batch_size", "kv_write", "prefill_tokens", "decode_tokens", "kv_read",

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from evolve.archive import Archive
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.report import Options, write_report
 from evolve.report.charts import page_name
 from evolve.report.data import load_run

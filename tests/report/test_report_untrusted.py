@@ -15,7 +15,7 @@ import pytest
 from hostile import HOSTILE, poison
 from test_report_browser import browser  # noqa: F401 - the shared Chromium fixture
 
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.report import write_report
 from evolve.report.outdir import MARKER
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.archive import Archive
-from evolve.config import Config, apply_dict, validate
+from evolve.config.schema import Config, apply_dict, validate
 from evolve.search.loop import RunSummary, Search
 
 SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train

@@ -215,7 +215,7 @@ def ray_cluster(cpus: int = 2) -> Iterator[RayCluster]:
         yield cluster
     finally:
         with contextlib.suppress(Exception):
-            from evolve.search.ray_executor import disconnect
+            from evolve.search.execution.ray_tasks import disconnect
 
             disconnect()
         kids = cluster.descendants()

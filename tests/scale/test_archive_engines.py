@@ -13,7 +13,7 @@ from sqlalchemy.schema import CreateTable
 from evolve.archive import Archive
 from evolve.archive.engines import _portable_params, exists, is_url, locate
 from evolve.archive.models import Base
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.errors import ArchiveError
 
 

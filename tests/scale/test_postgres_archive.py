@@ -16,7 +16,7 @@ from scale_helpers import run_rows, run_tiny, tiny_toml
 
 from evolve.archive import Archive
 from evolve.archive.digest import archive_digest
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.errors import ArchiveError
 
 pytestmark = pytest.mark.real_data  # the tiny search cuts the bundled measured runs
@@ -56,7 +56,7 @@ def test_two_runs_write_one_postgres_archive_at_once(pg, sqlite_reference, tmp_p
     url = pg.create_database("two_writers")  # empty: both runs also race to create tables
     cfg = tiny_toml(tmp_path / "tiny.toml")
     procs = {seed: subprocess.Popen(
-        [sys.executable, "-m", "evolve.cli", "run", "--config", str(cfg), "--seed", str(seed),
+        [sys.executable, "-m", "evolve.cli.main", "run", "--config", str(cfg), "--seed", str(seed),
          "--archive", url, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True) for seed in (11, 12)}
     for seed, p in procs.items():
@@ -88,7 +88,7 @@ def test_run_lock_and_journal_on_postgres(pg):
     writer is refused naming the holder; a dead holder's lock is taken over."""
     import socket
 
-    from evolve.archive.aux import RunLock, RunLocked
+    from evolve.archive.process_tables import RunLock, RunLocked
     from evolve.archive.store import utc_now
 
     url = pg.create_database("locks", icu=False)

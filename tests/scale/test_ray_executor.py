@@ -45,7 +45,7 @@ def test_the_workers_of_a_joined_cluster_run_as_the_driver(ray_head):
     environment it ran numpy's AVX-512 loops on this machine, and a worker that had run it
     then fitted the tiny search's children into another archive than the local one."""
     from evaluator import _cpu_flags
-    from evolve.search import ray_executor
+    from evolve.search.execution import ray_tasks as ray_executor
 
     def simd(names: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
         """The pins in this process's environment and the SIMD targets its numpy runs
@@ -109,7 +109,7 @@ def test_a_killed_worker_loses_no_candidate(ray_head, tmp_path):
 
 
 def test_ray_instance_started_for_the_run(sqlite_reference, tmp_path):
-    from evolve.search.ray_executor import disconnect
+    from evolve.search.execution.ray_tasks import disconnect
 
     _ref_summary, ref_tables = sqlite_reference(11)
     try:
@@ -143,7 +143,7 @@ def test_study_on_the_ray_cluster(ray_head, sqlite_reference, tmp_path, capsys):
     from scale_helpers import tiny_toml
     from test_study import check_study_output, picked
 
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     cfg, out = tiny_toml(tmp_path / "tiny.toml"), tmp_path / "study"
     assert main(["study", "--seeds", "11", "12", "--config", str(cfg), "--out", str(out),
@@ -196,8 +196,8 @@ def test_joining_ray_keeps_the_stop_handler_of_a_running_search(ray_head):
     search takes its handler back. (An end-to-end SIGTERM of a Ray run passes too, but Ray's
     core worker sometimes aborts on its own while cancelled tasks report back:
     "Tried to complete task that was not pending", a Ray race left to the closing note.)"""
-    from evolve.search import ray_executor, stopping
-
+    from evolve.search import stopping
+    from evolve.search.execution import ray_tasks as ray_executor
     ray_executor.disconnect()
     with stopping.stop_signals():
         ray_executor.connect(ray_head.address, 1)

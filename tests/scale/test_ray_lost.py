@@ -22,7 +22,7 @@ pytestmark = pytest.mark.real_data  # the tiny search cuts the bundled measured 
 
 def test_a_lost_cluster_stops_the_run_with_a_resume_hint(sqlite_reference, tmp_path):
     db = tmp_path / "lost.db"
-    argv = [sys.executable, "-m", "evolve.cli", "run", "--config",
+    argv = [sys.executable, "-m", "evolve.cli.main", "run", "--config",
             str(tiny_toml(tmp_path / "tiny.toml")), "--seed", "11", "--archive", str(db)]
     with ray_cluster(cpus=2) as cluster:
         proc = subprocess.Popen([*argv, "--executor", "ray", "--ray-address",

@@ -9,7 +9,7 @@ import re
 import pytest
 from scale_helpers import tiny_toml
 
-from evolve.cli import main
+from evolve.cli.main import main
 
 pytestmark = pytest.mark.real_data  # the tiny search cuts the bundled measured runs
 
@@ -89,7 +89,7 @@ def test_a_stopped_study_stops_its_seeds_and_the_same_command_resumes(tmp_path, 
 
     cfg = tiny_toml(tmp_path / "tiny.toml")
     out = tmp_path / "study"
-    argv = [sys.executable, "-m", "evolve.cli", "study", "--seeds", "11", "12", "--config",
+    argv = [sys.executable, "-m", "evolve.cli.main", "study", "--seeds", "11", "12", "--config",
             str(cfg), "--out", str(out), "--parallel", "1", "--workers", "1",
             "--generations", "8"]
     db = tmp_path / "shared.db" if shared else out / "seed-11.db"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli import COMMANDS, GROUPS, command_parser
-from evolve.config import Config
+from evolve.cli.main import COMMANDS, GROUPS, command_parser
+from evolve.config.schema import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 

@@ -52,7 +52,7 @@ def test_proxies_are_ranked_against_the_cached_real_lomo(tmp_path):
         shutil.copy(ROOT / "seeds" / f"{stem}.py", seeds)
     (tmp_path / "t.toml").write_text(CONFIG.format(seeds=seeds))
     db = str(tmp_path / "a.db")
-    _run("-m", "evolve.cli", "run", "--config", str(tmp_path / "t.toml"), "--archive", db)
+    _run("-m", "evolve.cli.main", "run", "--config", str(tmp_path / "t.toml"), "--archive", db)
     cache = tmp_path / "lomo"
     args = ("scripts/transfer_rank.py", db, "--out", str(cache), "--top", "3",
             "--max-evals", "30", "--polish-evals", "0", "--json")

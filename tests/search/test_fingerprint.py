@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from evaluator.api import FEATURE_NAMES, N_FEATURES
-from evolve.language import parse_program
+from evolve.program.language import parse_program
 from evolve.search.fingerprint import fingerprint, probe_bytes, probe_from_bytes
 
 PROBE = np.random.default_rng(0).uniform(1.0, 500.0, size=(N_FEATURES, 40))

@@ -27,7 +27,7 @@ from evaluator import PINNED_ENV
 from evaluator.api import data_dir
 from evolve.archive import Archive
 from evolve.archive.digest import archive_digest
-from evolve.config import Config, apply_dict, validate
+from evolve.config.schema import Config, apply_dict, validate
 from evolve.search.loop import RunSummary, Search
 
 pytestmark = pytest.mark.real_data  # tiny searches over three bundled runs

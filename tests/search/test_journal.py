@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 
 from evolve.archive import Archive
-from evolve.config import Config
+from evolve.config.schema import Config
 from evolve.search.context import Scored
 from evolve.search.journal import Journal, job_key
 

@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 from evaluator.api import Evaluator
-from evolve.codegen import step_model
-from evolve.config import Config, apply_dict, validate
+from evolve.config.schema import Config, apply_dict, validate
 from evolve.fitting import const_map
 from evolve.fitting.bounds import derived_seed
-from evolve.language import parse_program
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 from evolve.search.context import make_context
 from evolve.search.judge import fit_and_score, fit_once, score_program
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from evaluator.api import Evaluator
-from evolve.codegen import step_model
-from evolve.config import Config, apply_dict, validate
+from evolve.config.schema import Config, apply_dict, validate
 from evolve.fitting import const_map
-from evolve.language import parse_program
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 from evolve.search import polish
 from evolve.search.context import make_context
 from evolve.search.judge import score_program

@@ -17,7 +17,7 @@ from evolve.search.stopping import StopRequested, critical, stop_signals
 
 POOL_SCRIPT = textwrap.dedent("""
     import os, signal, threading, time
-    from evolve.search.pool import FitPool
+    from evolve.search.execution.pool import FitPool
 
     def ident(_ctx, x):
         return x
@@ -132,7 +132,7 @@ def _wrapped_stop(signum: int) -> SystemError:
 
 
 def test_a_stop_wrapped_by_compiled_code_is_found():
-    from evolve.cli import _interrupted
+    from evolve.cli.main import _interrupted
     from evolve.search.stopping import chained_stop
 
     exc = _wrapped_stop(signal.SIGTERM)
@@ -146,7 +146,7 @@ def test_a_wrapped_stop_marks_the_run_interrupted_not_failed(tmp_path, monkeypat
     """Found in review: SIGTERM during the seeds' closed-loop refit exited 1 with "internal
     error" and the run was marked failed; it is interrupted, with the signal's exit code."""
     from evolve.archive import Archive
-    from evolve.config import Config, apply_dict, validate
+    from evolve.config.schema import Config, apply_dict, validate
     from evolve.search import loop
 
     def stopped(*_a, **_k):

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from evaluator.api import Evaluator
-from evolve.cli import main
-from evolve.codegen import step_model
-from evolve.config import Config, ConfigError, apply_dict, validate
+from evolve.cli.main import main
+from evolve.config.schema import Config, ConfigError, apply_dict, validate
 from evolve.fitting import const_map, fit_program
-from evolve.language import parse_program
+from evolve.program.codegen import step_model
+from evolve.program.language import parse_program
 from evolve.search.context import make_context
 from evolve.search.judge import fit_once, score_program
 from evolve.search.transfer import SPLIT, fitting_loss, search_loss, transfer_metrics
@@ -136,7 +136,7 @@ def test_a_run_that_prices_transfer_shows_and_replays_it(tmp_path):
     db = str(tmp_path / "a.db")
 
     def evolve(*args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "evolve.cli.main", *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout

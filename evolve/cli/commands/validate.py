@@ -1,0 +1,118 @@
+"""``evolve validate ID``: closed-loop simulation of an archived program on every run.
+
+Prints the per-run table (measured vs simulated mean/p90/p99 E2E and TTFT, decode
+interval, APE, split), the decode interval by admission time of the runs that queue, the
+program's long-context price per model and the runs at a knee (``evaluator.sim.sensitivity``:
+every run is simulated again at step times 3 % shorter and longer), and writes three PNG
+plots and ``plots.json`` (whose they are, for ``evolve report --validate-dir``). ID is an
+archived program id (prefix accepted); its constants are those of its latest accepted
+evaluation. A program file can be validated too, with ``--constants JSON``
+({group: {name: value}}) or at its initial constants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evolve.cli.output import table
+from evolve.program.codegen import step_model
+from evolve.text.words import LOOP_NAMES
+from evolve.workflows.targets import (
+    add_simulator_flags,
+    infer_scope,
+    load_fitted,
+    note_roofline_kernels,
+    on_all_cores,
+    output_dir,
+    scope_of,
+    simulator_options,
+)
+
+HELP = "closed-loop validation of a program against every measured run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("program", help="archived program id (or prefix), a program file "
+                        "or a seed name (e.g. transfer)")
+    parser.add_argument("--archive", default="archive.db", help="archive path")
+    parser.add_argument("--run", type=int, help="archive run whose constants to use")
+    parser.add_argument("--data", help="data directory (default: $EVOLVE_DATA or ../shared/data)")
+    add_simulator_flags(parser)
+    parser.add_argument("--split", default="all", choices=["all", "train", "validate", "test"],
+                        help="which runs to simulate")
+    parser.add_argument("--out", help="directory for the plots (default: runs/validate)")
+    parser.add_argument("--constants", help="JSON file {group: {name: value}}, or {name: value} "
+                        "for one global set, for a program file")
+    parser.add_argument("--scope", choices=["global", "per_model", "pooled", "per_scenario"],
+                        help="constant scope (default: inferred from the constant groups)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluator.api import Evaluator
+    from evolve.errors import UserError
+    from evolve.fitting import const_map
+    from evolve.workflows.validation import (
+        context_lines,
+        drift_lines,
+        envelope_lines,
+        plot,
+        sensitivity_lines,
+        summary_lines,
+        table_headers,
+        table_rows,
+        validate,
+    )
+
+    if args.no_plots and args.out is not None:
+        raise UserError("--out holds only the plots, and --no-plots skips them: give one")
+    args.out = args.out or "runs/validate"
+    if not args.no_plots:  # an unwritable --out is found now, not after the simulations
+        output_dir(args.out, "--out")
+    program, groups, label, fitted_loop = load_fitted(args)
+    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args, fitted_loop)))
+    note_roofline_kernels(program, ev.scenarios)
+    names = ev.names(None if args.split == "all" else args.split)
+    if not names:  # validate() reads no names as "every run"
+        raise UserError(f"--split {args.split}: no {args.split} runs in the data directory")
+    scope = scope_of(args, groups, ev.scenarios, "global")
+    # a --scope other than the groups' own simulates other constants per run: the report
+    # must not take these plots for the run's (found in review)
+    natural = infer_scope(groups, ev.scenarios) if groups else "global"
+    simulated = groups if scope == natural else {"groups": groups, "scope": scope}
+    consts = const_map(program, groups, ev.scenarios, scope)
+    loop = ev.scenarios[0].loop
+    print(f"validating {label} (scope {scope}) closed loop on {len(names)} runs, in "
+          f"{LOOP_NAMES[loop]}...", file=sys.stderr)
+    val = validate(ev, step_model(program), consts, names,
+                   progress=lambda n: print(f"  simulated {n}", file=sys.stderr))
+    if args.json:
+        out = {n: m.to_dict() for n, m in val.metrics.items()}
+        json.dump({"program": program.id, "scope": scope, "loop": loop, "runs": out,
+                   "admission_drift": val.drift, "context_price": val.context_price,
+                   "sensitivity": val.sensitivity, "envelope": val.envelope},
+                  sys.stdout, indent=1, sort_keys=True)
+        print()
+    else:
+        print(f"program {program.id[:12]} (complexity {program.complexity}, scope {scope}); "
+              "closed loop; times in s; decode interval = (E2E - TTFT) / (output tokens - 1)")
+        if loop == "blis":
+            print("engine loop: BLIS's at the pinned commit (what the exported model gives "
+                  "inside BLIS; TTFT includes output_token_us, as BLIS's does)")
+        print(table(table_headers(), table_rows(val.metrics), right=range(2, 24)))
+        for line in [*summary_lines(val.metrics), *drift_lines(val), *context_lines(val),
+                     *sensitivity_lines(val), *envelope_lines(val)]:
+            print(line)
+    if not args.no_plots:
+        for p in plot(val, Path(args.out), label):
+            print(f"wrote {p}", file=sys.stderr)
+        from evolve.report.validation import PLOTS_OF, constants_digest  # for `report`
+
+        (Path(args.out) / PLOTS_OF).write_text(json.dumps(
+            {"program": program.id, "constants": constants_digest(simulated), "label": label,
+             "scope": scope, "runs": sorted(names)}, indent=1, sort_keys=True) + "\n")
+    return 0

@@ -1,0 +1,3 @@
+"""A checked program as a BLIS ``LatencyModel`` in Go: expressions, body, kernels, templates, test
+harness.
+"""

@@ -1,0 +1,3 @@
+"""The LLM operator and everything it needs: configuration, endpoint, prompts, replies, cassettes,
+a local server.
+"""

@@ -1,0 +1,2 @@
+"""The offline operator: deterministic AST mutations and crossover, no endpoint needed.
+"""
