@@ -1,7 +1,7 @@
 """`evolve report` on an archive of 10,000 programs: generation time, size, and how long
 each page takes to open in headless Chromium (target: under 2 s).
 
-The archive is synthetic (tests/report/report_synthetic.py: the loop's row conventions,
+The archive is synthetic (tests/support/report_synthetic.py: the loop's row conventions,
 five runs of metrics per evaluation, 40 % LLM children), written through the real Archive.
 "Opens" = navigation start to the load event (``performance.timing``), plus the first
 paint after it, from ``file://`` with the network refused; each page is opened three

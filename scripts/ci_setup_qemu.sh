@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # qemu's user-mode emulator (qemu-x86_64, version 8 or later) for the cross-CPU test of the
-# golden archive (tests/search/test_golden_archive.py): it runs the golden search on an
+# golden archive (tests/integration/test_golden_archive.py): it runs the golden search on an
 # emulated Haswell CPU (AVX2 and FMA, no AVX-512) and compares the digest. Debian 12's
 # qemu 7.2 emulates AVX2 wrongly (numpy's np.unique of 9,000 integers under 100 finds 125
 # distinct values), so on Debian 12 it comes from bookworm-backports. Idempotent; x86-64.

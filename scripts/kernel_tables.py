@@ -8,7 +8,7 @@ For each rule of the kernel features (GEMM along m, GEMM across shapes, decode a
 along KV length and batch, prefill attention along sequence length) it holds each interior
 table point out, interpolates it from the rest with the features' own functions
 (:mod:`evaluator.features.kernel_loo`), and prints the median, 90th percentile and worst relative
-error. ``tests/evaluator/test_kernels.py`` asserts bounds on the same figures.
+error. ``tests/evaluator/features/test_kernels.py`` asserts bounds on the same figures.
 """
 
 from __future__ import annotations

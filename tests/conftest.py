@@ -6,7 +6,7 @@ requests. When those runs are absent the session stops with one line saying so, 
 ``EVOLVE_SKIP_REAL_DATA=1``: then every test that uses a real-data fixture, or is marked
 ``real_data``, is skipped with that reason (a skip must not hide the real work).
 ``synthetic_data`` is a data directory the tests build themselves
-(``tests/synthetic_data.py``: simulated from a known program, written as TraceV2,
+(``tests/support/synthetic_data.py``: simulated from a known program, written as TraceV2,
 ingested), so the ingest path and a search on it run everywhere.
 """
 
@@ -18,6 +18,10 @@ from pathlib import Path
 import pytest
 
 from evaluator.api import DataError, Evaluator, data_dir, load_scenarios
+
+# Shared fixtures by concern (tests/support/fixtures_*.py): every test folder may use them.
+pytest_plugins = ["fixtures_fitting", "fixtures_go", "fixtures_llm", "fixtures_report",
+                  "fixtures_runs", "fixtures_scale"]
 
 REAL_DATA_REASON = "needs the bundled measured runs (../shared/data)"
 REAL_DATA_FIXTURES = {"data_path", "all_scenarios", "small_scenarios", "small_evaluator"}
@@ -61,10 +65,34 @@ def real_data_available() -> bool:
     return all((root / "experiments" / name).is_dir() for name in SMALL_RUNS)
 
 
+# The two tiers (docs/development/tests.md): `pytest -q -m "not slow and not service"` is the
+# everyday command; `pytest -q` (everything) is CI's. A test is `service` when it starts a
+# real service or toolchain (by fixture or module), `slow` when it runs whole searches or
+# closed-loop fits (every test under integration/, and the modules named here, measured
+# with --durations), or when it says so itself.
+SERVICE_FIXTURES = {"go_toolchain", "harness", "pg", "ray_head"}
+SERVICE_MODULES = {"test_local_llm", "test_report_browser", "test_report_untrusted",
+                   "test_blis_measured", "test_blis_replay", "test_go_blis", "test_build_blis",
+                   "test_postgres_archive", "test_ray_executor", "test_ray_lost"}
+SLOW_FOLDERS = {"integration"}
+SLOW_MODULES: set[str] = set()
+
+
+def _tier(item) -> None:
+    path = Path(str(item.fspath))
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & SERVICE_FIXTURES or path.stem in SERVICE_MODULES:
+        item.add_marker(pytest.mark.service)
+    if SLOW_FOLDERS & set(path.parts) or path.stem in SLOW_MODULES:
+        item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark real-data tests (by fixture use); without the runs, stop (or skip on request)."""
+    """Mark real-data tests (by fixture use); without the runs, stop (or skip on request).
+    Mark the tiers: ``service`` and ``slow`` (see above)."""
     needed = []
     for item in items:
+        _tier(item)
         if REAL_DATA_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_data)
         if item.get_closest_marker("real_data") is not None:

@@ -56,7 +56,7 @@ def test_only_the_seams_live_at_a_package_root(package):
 @pytest.mark.parametrize("package", sorted(ROOT_MODULES))
 def test_every_subpackage_says_what_it_owns(package):
     silent = [str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("__init__.py")
-              if len((ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or "")) < 20]
+              if len(ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or "") < 20]
     assert silent == []
 
 

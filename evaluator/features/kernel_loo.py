@@ -18,7 +18,7 @@ Families (see ``docs/kernels.md``):
 * ``decode_batch``: each interior measured batch size of each decode grid;
 * ``prefill``: each interior sequence length of each prefill curve (``interp_loglog``).
 
-``scripts/kernel_tables.py`` prints the figures; ``tests/evaluator/test_kernels.py`` holds
+``scripts/kernel_tables.py`` prints the figures; ``tests/evaluator/features/test_kernels.py`` holds
 the bounds.
 """
 

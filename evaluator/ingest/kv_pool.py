@@ -17,7 +17,7 @@ its router, norms; 2 bytes each, as vLLM serves 16- and 32-bit checkpoints), and
 the config; it is taken from the four measured H100 servers of the bundled data
 (:data:`RUNTIME_GIB`: 1.15 GiB at TP 1, 1.61 GiB at TP 2 and 4, where NCCL's buffers
 join; the three TP > 1 servers need 1.604-1.639), with which the rule reproduces their
-pools to 0.2 % (tests/evaluator/test_kv_memory.py, which also holds each TP > 1 server out
+pools to 0.2 % (tests/evaluator/ingest/test_kv_pool.py, which also holds each TP > 1 server out
 of the figure; the one TP 1 server cannot be). Simplifications: the
 activation peak is taken as constant (it grows with ``max_num_batched_tokens`` and the
 hidden size, tens of MiB at the data's 2048 tokens), and on a GPU other than the H100 the

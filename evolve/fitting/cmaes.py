@@ -26,7 +26,7 @@ fit reproducible and comparable is here once:
 * The unit box: cma runs *without* its ``bounds`` option and the driver maps each
   generation into [0, 1] itself, through cma's own bound transform applied to the whole
   population at once (:class:`UnitBox`). Same numbers, bit for bit, as cma with
-  ``bounds=[0, 1]`` (``tests/fitting/test_cmaes.py`` runs both), and faster.
+  ``bounds=[0, 1]`` (``tests/evolve/fitting/test_cmaes.py`` runs both), and faster.
 """
 
 from __future__ import annotations

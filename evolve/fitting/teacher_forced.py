@@ -12,7 +12,7 @@ request's TTFT is its fixed pre-admission time (corpus wait + queueing delay) pl
 of the step times from its admission to its first token. Because that is linear in the step
 times, the per-run means are precomputed as weight vectors (see :class:`_Run`). The value
 equals ``loss(evaluator.score(model, consts, names), names)`` up to float rounding;
-``tests/fitting/test_teacher_forced.py`` checks it to 1e-9. If the evaluator's scoring
+``tests/evolve/fitting/test_teacher_forced.py`` checks it to 1e-9. If the evaluator's scoring
 changes, that test fails and this module must follow. The reported ``FitResult.loss`` is
 recomputed through the evaluator's own scoring.
 

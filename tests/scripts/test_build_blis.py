@@ -1,7 +1,7 @@
 """scripts/build_blis.py without Go or BLIS: where BLIS's source comes from (one resolution
-for the script and tests/needs.py), extraction from a tarball or a git copy, the cache
+for the script and tests/support/needs.py), extraction from a tarball or a git copy, the cache
 clone, finding Go, and that no build leaves its work folder behind. The real builds are
-tests/export/test_blis_replay.py and test_go_blis.py."""
+tests/evolve/export/test_blis_replay.py and test_go_blis.py."""
 
 from __future__ import annotations
 

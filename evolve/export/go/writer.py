@@ -8,7 +8,7 @@ looks up the fitted constants by the BLIS model name. It targets the BLIS commit
 :data:`BLIS_COMMIT` (the ``LatencyModel`` method set and config types read there); see
 ``docs/blis.md`` for registering it and for where BLIS's batches differ from ours.
 
-Parity (``tests/export/test_go_parity.py``): on a golden corpus the Go step times equal
+Parity (``tests/evolve/export/test_go_parity.py``): on a golden corpus the Go step times equal
 the numpy program's to 1e-9 relative.
 """
 

@@ -1,0 +1,161 @@
+"""End to end: ``evolve run --llm`` against a local server records a cassette; the same run
+with ``--replay`` and no server produces an identical archive.
+
+The two runs are separate processes (the real CLI), so nothing is shared but the cassette.
+"Identical" means every table row except what is *meant* to differ: the run's creation time,
+code version and its configuration's endpoint/cassette fields, and in ``llm_calls`` the
+billing fields (``cached``, ``cost_usd``: a replayed call is free).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from llm_server import LLMServer, Reply, fenced, parent_source, program_for
+from needs import missing
+
+from evaluator.data.scenarios import DataError, data_dir
+from evolve.archive import Archive
+from evolve.archive.digest import archive_digest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",          # train
+             "20260218-141024-mixtral-8x7b-v0-1-tp2-roleplay",  # train
+             "20260218-135247-mixtral-8x7b-v0-1-tp2-reasoning",  # validate
+             "20260217-170634-llama-2-7b-tp1-reasoning"]        # test
+GENERATIONS = 5
+
+CONFIG = """
+[run]
+seed = 3
+head_seconds = 12.0
+workers = 1
+progress = false
+scenarios = {scenarios}
+seeds_dir = "{seeds}"
+
+[search]
+children = 2
+inspirations = 2
+
+[fit]
+max_evals = 30
+window_steps = 300
+
+[llm]
+api_key_env = "EVOLVE_TEST_NO_SUCH_KEY"
+timeout_s = 10.0
+retries = 1
+backoff_base_s = 0.05
+backoff_cap_s = 0.1
+concurrency = 3
+crossover_prob = 0.3
+prices = {{ "test-model" = [1.0, 4.0] }}
+"""
+
+
+def responder(request: dict, n: int) -> Reply:
+    """Replies by request seed: mostly fresh programs, some diffs, some junk."""
+    seed = int(request.get("seed") or 0)
+    if seed % 7 == 0:
+        return Reply(content="Let me think about the KV cache first.")
+    if seed % 7 == 1:
+        last = [ln for ln in parent_source(request).rstrip().splitlines() if ln.strip()][-1]
+        return Reply(content=f"<<<<<<< SEARCH\n{last}\n=======\n{last} + 0.5 * f.batch_size\n"
+                             ">>>>>>> REPLACE\n")
+    return Reply(content=fenced(program_for(seed)))
+
+
+def evolve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Through main() as the console script does (``python -m evolve.cli.main`` would load the
+    # CLI module twice, as __main__ and as evolve.cli.main, with two distinct UserError classes).
+    main = "import sys; from evolve.cli.main import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", main, "run", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=170)
+
+
+def dump(db: Path) -> dict[str, list[tuple]]:
+    """Every compared table as sorted rows, minus the columns that legitimately differ."""
+    skip = {"runs": {"config", "code_version", "created_at", "finished_at"},
+            "llm_calls": {"cached", "cost_usd"}}
+    out: dict[str, list[tuple]] = {}
+    with sqlite3.connect(db) as con:
+        tables = [r[0] for r in con.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        for table in tables:
+            cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+            keep = [c for c in cols if c not in skip.get(table, set())]
+            rows = con.execute(f"SELECT {', '.join(keep)} FROM {table}").fetchall()
+            out[table] = sorted(rows, key=repr)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data() -> Path:
+    try:
+        return data_dir(os.environ.get("EVOLVE_DATA") or ROOT.parent / "shared" / "data")
+    except DataError as exc:
+        missing(f"no measured data to replay a run on ({exc})", "EVOLVE_SKIP_REAL_DATA",
+                "set EVOLVE_DATA")
+
+
+@pytest.mark.real_data
+def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    for name in ("roofline.py", "linear.py"):
+        shutil.copy(ROOT / "seeds" / name, seeds / name)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG.format(scenarios=str(SCENARIOS).replace("'", '"'), seeds=seeds))
+    cassette = tmp_path / "llm.cassette.jsonl"
+    common = ["--config", str(cfg), "--data", str(data), "--generations", str(GENERATIONS),
+              "--llm", "test-model", "--cassette", str(cassette)]
+
+    with LLMServer(responder, lifetime_s=180) as server:
+        rec = evolve(*common, "--archive", str(tmp_path / "rec.db"), "--llm-base-url",
+                     server.base_url, "--record", cwd=tmp_path)
+        n_requests = len(server.requests)
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    assert n_requests == GENERATIONS * 2
+    assert len(cassette.read_text().splitlines()) == n_requests
+    # The held-out runs never reached the endpoint.
+    sent = "\n".join(m["content"] for r in server.requests for m in r["messages"])
+    assert SCENARIOS[0] in sent and SCENARIOS[2] not in sent and SCENARIOS[3] not in sent
+
+    rep = evolve(*common, "--archive", str(tmp_path / "rep.db"), "--llm-base-url",
+                 "http://127.0.0.1:9/v1", "--replay", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+
+    a, b = dump(tmp_path / "rec.db"), dump(tmp_path / "rep.db")
+    assert a.keys() == b.keys()
+    for table in a:
+        assert a[table] == b[table], f"table {table} differs between record and replay"
+    # The project's own comparison (scripts/archive_digest.py) agrees: same archive.
+    with Archive(tmp_path / "rec.db", create=False) as ra, \
+            Archive(tmp_path / "rep.db", create=False) as rb:
+        assert archive_digest(ra) == archive_digest(rb)
+    with sqlite3.connect(tmp_path / "rec.db") as con:
+        accepted = con.execute("SELECT count(*) FROM evaluations WHERE operator LIKE 'llm:%' "
+                               "AND status = 'accepted'").fetchone()[0]
+        statuses = {r[0] for r in con.execute("SELECT status FROM llm_calls")}
+    assert accepted >= 2 and "ok" in statuses and statuses <= {"ok", "no_program"}
+    with sqlite3.connect(tmp_path / "rep.db") as con:
+        cached = con.execute(
+            "SELECT count(*), sum(cached), sum(cost_usd) FROM llm_calls").fetchone()
+    assert cached[0] == n_requests and cached[1] == n_requests and cached[2] == 0.0
+
+    # Replaying a different seed asks for requests the cassette does not hold: a clear stop.
+    miss = evolve(*common, "--archive", str(tmp_path / "miss.db"), "--llm-base-url",
+                  "http://127.0.0.1:9/v1", "--replay", "--seed", "4", "--generations", "1",
+                  cwd=tmp_path)
+    assert miss.returncode == 2 and "Traceback" not in miss.stderr, miss.stderr[-2000:]
+    assert re.search(rf"cassette {re.escape(str(cassette))}: no recorded exchange for request "
+                     r"[0-9a-f]{64}", miss.stderr), miss.stderr[-2000:]
