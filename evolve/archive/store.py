@@ -44,6 +44,7 @@ from evolve.archive.models import (
 )
 from evolve.errors import ArchiveError
 from evolve.text.untrusted import mask_values
+from evolve.text.words import EvalStatus
 
 
 def code_version() -> str:
@@ -306,7 +307,7 @@ class Archive:
     def latest_accepted(self, run_id: int) -> dict[str, Evaluation]:
         """Program id -> its most recent accepted evaluation (fit, refit or rescore)."""
         out: dict[str, Evaluation] = {}
-        for ev in self.evaluations(run_id, status="accepted"):
+        for ev in self.evaluations(run_id, status=EvalStatus.ACCEPTED):
             if ev.program_id is not None:
                 out[ev.program_id] = ev
         return out

@@ -10,8 +10,9 @@ import typing
 from typing import Any
 
 from evolve.errors import ConfigError
+from evolve.text.words import Split
 
-SPLITS = ("train", "validate", "test")
+SPLITS: tuple[str, ...] = tuple(Split)
 
 
 def assign_splits(scenarios: typing.Sequence[Any], mode: str) -> dict[str, str]:
@@ -21,8 +22,9 @@ def assign_splits(scenarios: typing.Sequence[Any], mode: str) -> dict[str, str]:
     out every run of that model / workload as ``test``; of the others, the data's train
     runs train and the rest validate, so validation stays out of fitting in every mode.
     """
+    out: dict[str, str]
     if mode == "data":
-        out = {s.name: s.split for s in scenarios}
+        out = {s.name: Split(s.split) for s in scenarios}
     else:
         kind, _, value = mode.partition(":")
         attr = "model" if kind == "lomo" else "workload"
@@ -30,8 +32,8 @@ def assign_splits(scenarios: typing.Sequence[Any], mode: str) -> dict[str, str]:
         if value not in known:
             raise ConfigError(f"split.mode {mode!r}: no run has {attr} {value!r} "
                               f"(known: {', '.join(known)})")
-        out = {s.name: "test" if getattr(s, attr) == value else
-               ("train" if s.split == "train" else "validate") for s in scenarios}
-    if "train" not in out.values():
+        out = {s.name: Split.TEST if getattr(s, attr) == value else
+               (Split.TRAIN if s.split == Split.TRAIN else Split.VALIDATE) for s in scenarios}
+    if Split.TRAIN not in out.values():
         raise ConfigError(f"split.mode {mode!r}: no training runs among the loaded scenarios")
     return out

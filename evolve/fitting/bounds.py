@@ -23,15 +23,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from evaluator.api import ConstMap, Scenario
 from evolve.program.language import Program
+from evolve.text.words import FitStatus, Scope
 
-Scope = Literal["global", "per_model", "per_scenario", "pooled"]
-SCOPES: tuple[str, ...] = ("global", "per_model", "per_scenario", "pooled")
+SCOPES: tuple[str, ...] = tuple(Scope)
 
 
 @dataclass
@@ -48,7 +47,7 @@ class FitResult:
     groups: dict[str, dict[str, float]]
     loss: float
     n_evals: int
-    status: str
+    status: FitStatus
     init_loss: float = float("inf")
     group_status: dict[str, str] = field(default_factory=dict)
     group_loss: dict[str, float] = field(default_factory=dict)
@@ -57,11 +56,11 @@ class FitResult:
 
 def group_key(scenario: Scenario, scope: str) -> str:
     """The constant group a scenario belongs to under ``scope``."""
-    if scope == "global":
+    if scope == Scope.GLOBAL:
         return "global"
-    if scope in ("per_model", "pooled"):
+    if scope in (Scope.PER_MODEL, Scope.POOLED):
         return scenario.model
-    if scope == "per_scenario":
+    if scope == Scope.PER_SCENARIO:
         return scenario.name
     raise ValueError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
 

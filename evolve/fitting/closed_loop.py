@@ -31,6 +31,7 @@ from evolve.fitting.inert import inert_constants, names_of
 from evolve.fitting.teacher_forced import Penalised, Shrink
 from evolve.program.codegen import step_model
 from evolve.program.language import Program
+from evolve.text.words import FitStatus, Scope
 
 # CMA-ES's first step in the unit box. From a fitted child, 0.01 (about 10 % on a constant
 # boxed over four decades): closed loop, a run at its knee prices step time in a valley a
@@ -135,7 +136,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
             models = sorted({ev.by_name[p].model for p in parents} & set(probes))
             if models:
                 terms.append(PhysicsPenalty(model, [probes[k] for k in models], PENALTY))
-        if scope == "pooled" and start and "global" in start:
+        if scope == Scope.POOLED and start and "global" in start:
             centre = np.array([start["global"][k] for k in program.const_names])
             terms.append(Shrink(box, centre, pool_strength / max(n_runs, 1)))
         elif prior_strength > 0.0:
@@ -154,7 +155,7 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
                      fixed=fixed)
         groups[g] = {k: float(v) for k, v in zip(program.const_names, m.x, strict=True)}
         g_loss[g] = m.f if m.f < PENALTY else float("inf")
-        g_status[g] = "ok" if m.f < m.f0 else "no_improvement"
+        g_status[g] = FitStatus.OK if m.f < m.f0 else FitStatus.NO_IMPROVEMENT
         n_total += m.n_evals
         if log is not None:
             f0 = m.f0 if m.f0 < PENALTY else float("inf")
@@ -174,7 +175,8 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
     everything = SliceObjective(sl, model, [s.name for s in sl.scenarios])
     final = everything.one(np.array([]), slice_consts(groups))
     init_loss = everything.one(np.array([]), slice_consts(start or {}))
-    status = "ok" if any(v == "ok" for v in g_status.values()) else "no_improvement"
+    status = (FitStatus.OK if any(v == FitStatus.OK for v in g_status.values())
+              else FitStatus.NO_IMPROVEMENT)
     return FitResult(groups=groups, loss=final, n_evals=n_total, status=status,
                      init_loss=init_loss, group_status=g_status, group_loss=g_loss,
                      inert=inert)

@@ -39,6 +39,7 @@ import cma
 import numpy as np
 
 from evolve.fitting.bounds import Box, derived_seed
+from evolve.text.words import FitStatus
 
 PENALTY = 1e6  # loss of invalid constants: large but finite (cma handles inf poorly)
 SIGMA_GROWTH = 1.5  # step-size factor per restart: a failed start may sit in a flat region
@@ -94,15 +95,15 @@ class Minimum:
     f: float  # objective at ``x``
     f0: float  # objective at the start
     n_evals: int
-    status: str
+    status: FitStatus
 
 
-def _status(f: float, f0: float) -> str:
+def _status(f: float, f0: float) -> FitStatus:
     if f >= PENALTY:
-        return "invalid"
+        return FitStatus.INVALID
     if f >= f0:
-        return "no_improvement"
-    return "ok"
+        return FitStatus.NO_IMPROVEMENT
+    return FitStatus.OK
 
 
 def minimize(obj: PopulationObjective, box: Box, start: np.ndarray, *, seed: int,

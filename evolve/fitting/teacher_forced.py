@@ -41,6 +41,7 @@ from evolve.fitting.cmaes import PENALTY, minimize
 from evolve.fitting.inert import inert_constants, names_of
 from evolve.program.codegen import step_model
 from evolve.program.language import Program
+from evolve.text.words import FitStatus, Scope
 
 BLOCK = 80_000  # elements per vectorised block (candidates x steps)
 DEFAULT_MAX_EVALS = 1500
@@ -296,7 +297,7 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
                 terms.append(PhysicsPenalty(model, [probes[k] for k in models], PENALTY))
         start = init
         n_runs = len({sc.meta.get("parent", sc.name) for sc in members[g]})
-        if scope == "pooled" and g != "global":
+        if scope == Scope.POOLED and g != "global":
             start = np.array([groups["global"][k] for k in program.const_names])
             terms.append(Shrink(box, start, pool_strength / max(n_runs, 1)))
         elif prior_strength > 0.0:
@@ -304,7 +305,7 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
         base = GroupObjective(program, model, evaluator, members[g])
         obj = Penalised(base, terms) if terms else base
         if program.n_constants == 0:
-            x, f, st, n = init, float(obj(init[None, :])[0]), "no_constants", 1
+            x, f, st, n = init, float(obj(init[None, :])[0]), FitStatus.NO_CONSTANTS, 1
         else:
             probe_map = probes or {}
             seen = [base.F, *(probe_map[k].features for k in sorted(
@@ -323,14 +324,14 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
     final = loss(evaluator.score(model, const_map(program, groups, scenarios, scope), names),
                  names)
     statuses = set(g_status.values())
-    if "no_constants" in statuses:
-        status = "no_constants"
-    elif "invalid" in statuses:
-        status = "invalid"
-    elif statuses == {"no_improvement"}:
-        status = "no_improvement"
+    if FitStatus.NO_CONSTANTS in statuses:
+        status = FitStatus.NO_CONSTANTS
+    elif FitStatus.INVALID in statuses:
+        status = FitStatus.INVALID
+    elif statuses == {FitStatus.NO_IMPROVEMENT}:
+        status = FitStatus.NO_IMPROVEMENT
     else:
-        status = "ok"
+        status = FitStatus.OK
     return FitResult(groups=groups, loss=final, n_evals=n_evals, status=status,
                      init_loss=init_loss, group_status=g_status, group_loss=g_loss,
                      inert=inert)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from evolve.text.words import EvalStatus
+
 HELP = "re-score an archived program; non-zero on mismatch"
 MAX_DIFF_LINES = 20
 
@@ -59,9 +61,10 @@ def run(args: argparse.Namespace) -> int:
     with Archive(args.archive, create=False) as archive:
         pid = archive.resolve_id(args.id, args.run)
         runs = [args.run] if args.run is not None else sorted(
-            {e.run_id for e in archive.evaluations_of(pid) if e.status == "accepted"},
+            {e.run_id for e in archive.evaluations_of(pid) if e.status == EvalStatus.ACCEPTED},
             reverse=True)
-        evals = archive.evaluations(runs[0], program_id=pid, status="accepted") if runs else []
+        evals = (archive.evaluations(runs[0], program_id=pid, status=EvalStatus.ACCEPTED)
+                 if runs else [])
         if not evals:
             raise ArchiveError(f"{args.archive}: program {pid[:12]} has no accepted evaluation"
                                + (f" in run {args.run}" if args.run is not None else ""))
