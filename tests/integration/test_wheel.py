@@ -14,6 +14,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from hardening_helpers import tiny_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -53,9 +54,12 @@ def test_the_wheel_ships_seeds_and_prompts(installed):
 
 
 def test_an_installed_evolve_runs_a_generation(installed, tmp_path, data_path):
+    """``evolve run --generations 1 --seed 7`` on the hardening tests' tiny configuration
+    (three runs cut to 20 s, small budgets): the install is under test, not the search."""
     env = {**os.environ, "EVOLVE_DATA": str(data_path.resolve())}
+    toml = tiny_toml(tmp_path / "tiny.toml", generations=1)
     _run([str(installed / "bin" / "evolve"), "run", "--generations", "1", "--seed", "7",
-          "--archive", str(tmp_path / "a.db")], cwd=tmp_path, env=env)
+          "--config", str(toml), "--archive", str(tmp_path / "a.db")], cwd=tmp_path, env=env)
     runs = _run([str(installed / "bin" / "evolve"), "frontier", "--archive",
                  str(tmp_path / "a.db"), "--json"], cwd=tmp_path, env=env).stdout
     assert '"id"' in runs
