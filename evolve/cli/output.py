@@ -10,19 +10,14 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from evolve.assess.splits import SPLITS
-
 ID_LEN = 12
-# How output names an engine loop (config run.loop, --loop).
 
 
 def short(pid: str | None) -> str:
     return (pid or "-")[:ID_LEN]
-
-
 
 
 def pct(x: float | None) -> str:
@@ -38,46 +33,6 @@ def num(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return "inf" if math.isinf(x) else f"{x:.{digits}f}"
-
-
-def split_errors(metrics: Mapping[str, Mapping[str, Any]] | None,
-                 keys: Sequence[str] = ("e2e_mean", "ttft_mean")
-                 ) -> dict[str, dict[str, float | None]]:
-    """Mean APE per split and metric key over the runs of that split (None if no run).
-
-    A run whose metrics are invalid counts as ``inf``, so a split average never hides a
-    failure.
-    """
-    out: dict[str, dict[str, float | None]] = {}
-    for split in SPLITS:
-        runs = [m for m in (metrics or {}).values() if m.get("split") == split]
-        out[split] = {}
-        for k in keys:
-            vals = [float(m.get("ape", {}).get(k, math.inf)) if m.get("valid", True)
-                    else math.inf for m in runs]
-            out[split][k] = sum(vals) / len(vals) if vals else None
-    return out
-
-
-# how a run's stored metrics were computed (its ``mode``), in words
-
-
-def split_modes(metrics_list: Sequence[Mapping[str, Mapping[str, Any]] | None]
-                ) -> dict[str, list[str]]:
-    """How the figures of each split were computed (each run's stored ``mode``), over the
-    given programs' metrics: ``{split: sorted modes}`` (splits without runs left out).
-
-    Why: a run scores its splits differently (training runs on closed-loop slices,
-    validate runs that queue closed loop whole, the rest teacher forced), and a teacher-
-    forced figure on an overloaded run takes its queue from the corpora, not from the
-    program, so readers must be told which figure is which."""
-    out: dict[str, set[str]] = {}
-    for metrics in metrics_list:
-        for m in (metrics or {}).values():
-            split, mode = m.get("split"), m.get("mode")
-            if split in SPLITS and isinstance(mode, str):
-                out.setdefault(str(split), set()).add(mode)
-    return {s: sorted(out[s]) for s in SPLITS if s in out}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]],

@@ -7,8 +7,9 @@ without HTML. The archive is read only through ``evolve.archive`` (the :class:`A
 reader and the table models), never with raw SQL, so a schema change breaks here loudly.
 
 Losses: ``train_loss`` is the stored ``evaluations.loss``; ``val_loss`` (and ``test_loss``,
-shown only where labelled as test) are recomputed from the stored per-run metrics with the
-same formula as ``evaluator.api.loss``: sqrt of the mean over runs of
+shown only where labelled as test: closed loop on the whole test runs where the run's end
+computed that, :mod:`evolve.archive.final_scores`) are recomputed from the stored per-run
+metrics with the same formula as ``evaluator.api.loss``: sqrt of the mean over runs of
 (APE(mean E2E)^2 + APE(mean TTFT)^2) / 2, ``inf`` if any run of the split is invalid, NaN
 when the split has no run.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import defer
 
-from evolve.archive import Archive
+from evolve.archive import Archive, final_scores
 from evolve.archive.ids import source_matches
 from evolve.archive.models import (
     Evaluation,
@@ -73,7 +74,11 @@ class ProgramData:
     train_loss: float = math.nan  # of the latest accepted evaluation; NaN: never accepted
     first_loss: float = math.nan  # of the first accepted evaluation (as the child was born)
     val_loss: float = math.nan
-    test_loss: float = math.nan
+    test_loss: float = math.nan  # closed loop (end of run) if computed, else as stored
+    # closed-loop metrics on every whole test run, computed when the run ended
+    # (evolve.search.final_scores); None: none current (then test_loss is the stored one)
+    test_closed_loop: dict[str, dict[str, Any]] | None = None
+    evaluation: tuple[int, int] | None = None  # (generation, seq) of the latest accepted
     edited: bool = False  # the stored source does not hash to the id: the archive was edited
 
     @property
@@ -136,6 +141,11 @@ def load_run(archive: Archive, run_id: int | None = None) -> RunData:
             if parent in programs:
                 programs[parent].children.append(p.id)
     evals = _evaluations(archive, rid, programs)
+    for pid, final in final_scores.read(archive, rid).items():
+        prog = programs.get(pid)
+        if prog is not None and final.evaluation == prog.evaluation:
+            prog.test_closed_loop = final.metrics
+            prog.test_loss = split_loss(final.metrics, "test")
     with archive.session() as s:
         frontiers: dict[int, list[FrontierRow]] = defaultdict(list)
         for f in s.scalars(select(FrontierRow).where(FrontierRow.run_id == rid)
@@ -218,6 +228,7 @@ def _attach(p: ProgramData, e: Evaluation) -> None:
     p.constants = e.constants
     p.metrics = e.metrics
     p.metrics_generation = e.generation
+    p.evaluation = (e.generation, e.seq)
     p.train_loss = float(e.loss) if e.loss is not None else math.inf
     p.val_loss = split_loss(e.metrics, "validate")
     p.test_loss = split_loss(e.metrics, "test")

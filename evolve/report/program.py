@@ -5,8 +5,9 @@ Why the grid history: "what did it beat" has a precise answer in MAP-Elites. A p
 enters the search's memory only by taking a grid cell from the elite that held it; that
 elite (and its loss) is what it beat. The per-run table is the closed-loop judgement the
 run stored (stage slices of the training and validate runs, whole validate runs where
-queues dominate, teacher-forced test runs), labelled by split; test rows are shown, marked
-as held out, never as a selection criterion.
+queues dominate, teacher-forced test runs), labelled by split, then the whole test runs
+closed loop as the run's end simulated them (``closed_loop_final``) where it did; test
+rows are shown, marked as held out, never as a selection criterion.
 """
 
 from __future__ import annotations
@@ -149,5 +150,6 @@ def build_program(data: RunData, pid: str, pick: str | None = None,
     if displaced is None:
         displaced = displacements(data)
     return ProgramPage(p, roles_of(pid, pick, champ, frontier or set(), p), names, rows,
-                       run_rows(p.metrics), parents, children, diffs, list(p.evals),
+                       run_rows(p.metrics) + run_rows(p.test_closed_loop), parents,
+                       children, diffs, list(p.evals),
                        displaced.get(pid, []), llm_anchor)

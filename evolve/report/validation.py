@@ -4,9 +4,12 @@
 Two sources, and why both:
 
 * **Stored metrics** (always there): every accepted evaluation keeps predicted and measured
-  aggregates per run or stage slice (closed loop for training and validate runs,
-  teacher-forced for the cheap test runs). Predicted vs measured mean E2E and mean TTFT per
-  run comes straight from them, no simulation.
+  aggregates per run or stage slice (closed loop for training and validate runs). Predicted
+  vs measured mean E2E and mean TTFT per run comes straight from them, no simulation. Test
+  runs are shown closed loop on the whole run, as the run's end simulated them for its
+  final hall of fame (:mod:`evolve.search.final_scores`); the teacher-forced test metrics
+  the search stored are not shown (on a queueing run they hold the corpora's queue, not
+  the program's), so a run without end-of-run figures shows no test points.
 * **``evolve validate`` PNGs** (``--validate-dir DIR``, default off): per-request E2E CDFs
   need the simulated requests, which the archive does not keep; ``evolve validate ID --out
   DIR`` simulates all 16 runs whole and writes ``pred_vs_measured.png``,
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evolve.archive.final_scores import MODE as FINAL_MODE
 from evolve.report.data import RunData
 from evolve.report.pick import champion
 from evolve.text.canonical import canonical_json
@@ -60,6 +64,7 @@ class ValidationPage:
     images: list[Image]
     validate_dir: str | None
     plots_note: str = ""  # whose plots they are, said when not the pick's or champion's
+    test_note: str = ""  # why no test points are shown, when none are
 
     @property
     def how(self) -> str:
@@ -73,13 +78,17 @@ class ValidationPage:
 
 
 _SPLITS = ("train", "validate", "test")
-_HOW = MODE_WORDS
+_HOW = {**MODE_WORDS, FINAL_MODE: "closed loop on the whole run, at the end of the run"}
 
 
 def pred_vs_measured(data: RunData, pid: str, role: str) -> list[PredMeas]:
+    """The stored per-run figures of ``pid`` but its test runs, which come from the run's
+    end-of-run closed-loop simulations (none if it has none)."""
     p = data.programs.get(pid)
+    stored = {n: m for n, m in ((p.metrics if p else None) or {}).items()
+              if m.get("split") != "test"}
     out: list[PredMeas] = []
-    for name, m in sorted(((p.metrics if p else None) or {}).items()):
+    for name, m in sorted({**stored, **((p.test_closed_loop if p else None) or {})}.items()):
         pred, meas = m.get("pred") or {}, m.get("meas") or {}
         for key, _label in KEYS:
             if key in pred and key in meas and m.get("valid", True):
@@ -110,8 +119,15 @@ def build_validation(data: RunData, validate_dir: str | Path | None = None) -> V
     consts = {pid: (data.programs[pid].constants if pid in data.programs else None)
               for _r, pid in targets}
     note = plots_note(validate_dir, consts) if images else ""
+    untested = [pid for _r, pid in targets if pid in data.programs
+                and data.programs[pid].test_closed_loop is None
+                and any(m.get("split") == "test"
+                        for m in (data.programs[pid].metrics or {}).values())]
+    test_note = ("No test points: this run has no closed-loop test figures for "
+                 f"{', '.join(p[:12] for p in untested)} (a run computes them when it ends); "
+                 "the teacher-forced ones the search stored are not shown.") if untested else ""
     return ValidationPage(targets, points, images,
-                          str(validate_dir) if validate_dir else None, note)
+                          str(validate_dir) if validate_dir else None, note, test_note)
 
 
 def constants_digest(groups: Any) -> str:

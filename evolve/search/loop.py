@@ -41,7 +41,7 @@ from evolve.config.schema import Config
 from evolve.errors import ArchiveError, BudgetExhausted, LLMUnavailable
 from evolve.operators.base import Operator
 from evolve.program.language import parse_program
-from evolve.search import stopping
+from evolve.search import final_scores, stopping
 from evolve.search.books import Books
 from evolve.search.children import evaluate_children
 from evolve.search.context import make_context
@@ -204,6 +204,7 @@ class Search:
         with critical():
             self.archive.update_run(self.run_id, status=status, finished_at=utc_now())
             self.archive.unlock_run(self.run_id)
+        final_scores.record(self.archive, self.run_id, self.ctx, cfg.run.workers, self.log)
         best, pick = st.grid.best(), books.frontier().pick()
         return RunSummary(self.run_id, status, st.generations_done, st.n_fitted,
                           best.program_id if best else None,

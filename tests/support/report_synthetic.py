@@ -14,7 +14,7 @@ import math
 import random
 from pathlib import Path
 
-from evolve.archive import Archive
+from evolve.archive import Archive, final_scores
 from evolve.archive.ids import source_id
 from evolve.archive.models import Evaluation, FrontierRow, GridCell, LLMCall, ProgramRow
 from evolve.assess.heldout import split_loss
@@ -69,8 +69,10 @@ def _child_source(parent: str, i: int, rng: random.Random) -> str:
 
 
 def make_archive(path: str | Path, n_programs: int = 60, generations: int = 6,
-                 seed: int = 1, llm: bool = True) -> Path:
-    """Write a finished run with about ``n_programs`` programs; returns ``path``."""
+                 seed: int = 1, llm: bool = True, finals: bool = True) -> Path:
+    """Write a finished run with about ``n_programs`` programs; returns ``path``. With
+    ``finals``, also the end-of-run closed-loop test figures of the last hall of fame
+    (``evolve.archive.final_scores``), as a finished run writes them."""
     rng = random.Random(seed)
     path = Path(path)
     config = {"run": {"generations": generations, "seed": seed, "data": "/data"},
@@ -146,7 +148,24 @@ def make_archive(path: str | Path, n_programs: int = 60, generations: int = 6,
             rows += _grid_and_frontier(rid, g, grid, known)
             ar.commit_generation(rid, g, rows, status="running" if g < generations
                                  else "finished")
+        if finals:
+            _finals(ar, rid)
     return path
+
+
+def _finals(ar: Archive, rid: int) -> None:
+    """Closed-loop test figures of the last hall of fame: the stored test entries, with
+    the errors halved and the final mode (what the run's end would have simulated)."""
+    latest = ar.latest_accepted(rid)
+    out = []
+    for row in ar.frontier(rid):
+        ev = latest[row.program_id]
+        test = {n: {**m, "mode": final_scores.MODE,
+                    "ape": {k: v / 2 for k, v in m["ape"].items()}}
+                for n, m in ev.metrics.items() if m["split"] == "test"}
+        out.append(final_scores.Final(row.program_id, row.generation,
+                                      (ev.generation, ev.seq), test))
+    final_scores.write(ar, rid, out, "2026-01-01T00:00:00+00:00")
 
 
 def _call(rid: int, g: int, seq: int, src: str, rng: random.Random) -> LLMCall:

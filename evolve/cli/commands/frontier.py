@@ -3,16 +3,16 @@
 Lists the hall of fame (the best program of every complexity); ``F`` marks the members of
 the frontier (the non-dominated ones). Each shows its training loss (what the frontier is
 built on) and its validate loss (what the pick reads among the eligible hall of fame, see
-``evolve.search.pareto``); test errors are shown for reference and never read by any
-decision. A run that prices transfer (``fit.transfer_weight > 0``) also shows the search
-loss the frontier is then built on and the transfer loss (:mod:`evolve.search.transfer`).
+``evolve.search.pareto``); test errors, closed loop on each whole test run, computed once
+when the run ended (``evolve.search.final_scores``), are shown for reference and never read
+by any decision (a run without them shows no test columns). A run that prices transfer
+(``fit.transfer_weight > 0``) also shows the search loss the frontier is then built on and
+the transfer loss (:mod:`evolve.search.transfer`).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-from typing import Any
 
 HELP = "show the Pareto frontier of a run"
 
@@ -26,84 +26,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evolve.archive import Archive
-    from evolve.archive.models import on_frontier
-    from evolve.assess.heldout import fitting_loss
-    from evolve.cli.output import (
-        num,
-        pct,
-        print_json,
-        short,
-        split_errors,
-        split_modes,
-        table,
-    )
-    from evolve.errors import ArchiveError
-    from evolve.search.pareto import Frontier
-    from evolve.search.selection import split_loss
+    from evolve.cli.output import num, pct, print_json, short, table
     from evolve.text.untrusted import printable
     from evolve.text.words import MODE_WORDS
+    from evolve.workflows.frontier import load_frontier
 
-    with Archive(args.archive, create=False) as archive:
-        rid = args.run if args.run is not None else archive.latest_run_id()
-        run_row = archive.run(rid)
-        rows = archive.frontier(rid, args.generation)
-        if not rows:
-            raise ArchiveError(f"{archive.path}: run {rid} has no frontier"
-                               + (f" at generation {args.generation}"
-                                  if args.generation is not None else " yet"))
-        latest = archive.latest_accepted(rid)
-    search_cfg = run_row.config.get("search", {})
-    tol = float(search_cfg.get("pick_tolerance", 1.5))
-    # runs recorded before the validate rule existed were picked by PySR's rule
-    rule = Frontier.from_elites([], tol, str(search_cfg.get("pick_rule", "pysr"))).rule
-    members: list[dict[str, Any]] = []
-    stored = []
-    for r, front in zip(rows, on_frontier(rows), strict=True):
-        ev = latest.get(r.program_id)
-        errs = split_errors(ev.metrics if ev else None)
-        metrics = ev.metrics if ev else None
-        stored.append(metrics)
-        transfer = fitting_loss(metrics, "transfer")  # nan unless the run prices transfer
-        members.append({"id": r.program_id, "complexity": r.complexity, "loss": r.loss,
-                        "train_loss": r.loss if math.isnan(transfer)
-                        else fitting_loss(metrics, "train"), "transfer_loss": transfer,
-                        "validate_loss": split_loss(metrics, "validate"),
-                        "picked": bool(r.picked), "on_frontier": front, "errors": errs,
-                        "constants": ev.constants if ev else None})
-    modes = split_modes(stored)
+    view = load_frontier(args.archive, args.run, args.generation)
     if args.json:
-        print_json({"run": rid, "generation": rows[0].generation, "pick_rule": rule,
-                    "members": members, "modes": modes})
+        print_json({"run": view.run_id, "generation": view.generation, "pick_rule": view.rule,
+                    "members": [vars(m) for m in view.members], "modes": view.modes})
         return 0
-    priced = any(not math.isnan(m["transfer_loss"]) for m in members)
+    priced, tested = view.priced, view.closed_loop_test
     headers = ["", "id", "cx", *(["loss", "transfer"] if priced else []), "train loss",
-               "val loss", "train E2E", "train TTFT", "val E2E", "val TTFT", "test E2E",
-               "test TTFT"]
+               "val loss", "train E2E", "train TTFT", "val E2E", "val TTFT",
+               *(["test E2E", "test TTFT"] if tested else [])]
     body = []
-    for m in members:
-        e = m["errors"]
-        mark = ("*" if m["picked"] else "") + ("F" if m["on_frontier"] else "")
-        body.append([mark, short(m["id"]), m["complexity"],
-                     *([num(m["loss"]), num(m["transfer_loss"])] if priced else []),
-                     num(m["train_loss"]), num(m["validate_loss"]), pct(e["train"]["e2e_mean"]),
+    for m in view.members:
+        e, t = m.errors, m.test_closed_loop or {}
+        mark = ("*" if m.picked else "") + ("F" if m.on_frontier else "")
+        body.append([mark, short(m.id), m.complexity,
+                     *([num(m.loss), num(m.transfer_loss)] if priced else []),
+                     num(m.train_loss), num(m.validate_loss), pct(e["train"]["e2e_mean"]),
                      pct(e["train"]["ttft_mean"]), pct(e["validate"]["e2e_mean"]),
-                     pct(e["validate"]["ttft_mean"]), pct(e["test"]["e2e_mean"]),
-                     pct(e["test"]["ttft_mean"])])
-    n_front = sum(m["on_frontier"] for m in members)
-    print(f"run {rid}, generation {rows[0].generation}: the best program of each of "
-          f"{len(rows)} complexities, {n_front} on the frontier (F) (mean APE per split)")
+                     pct(e["validate"]["ttft_mean"]),
+                     *([pct(t.get("e2e_mean")), pct(t.get("ttft_mean"))] if tested else [])])
+    n_front = sum(m.on_frontier for m in view.members)
+    print(f"run {view.run_id}, generation {view.generation}: the best program of each of "
+          f"{len(view.members)} complexities, {n_front} on the frontier (F) (mean APE per "
+          "split)")
     print(table(headers, body, right=range(2, len(headers))))
+    modes = {s: ms for s, ms in view.modes.items() if s != "test"}
     if modes:  # archives record how each run was scored; say it
         print(printable("figures: " + "; ".join(  # modes are read from the archive
             f"{split} " + ", ".join(MODE_WORDS.get(m, m) for m in ms)
-            for split, ms in modes.items())))
-    if "teacher_forced" in modes.get("test", []) + modes.get("validate", []):
+            for split, ms in modes.items())
+            + ("; test closed loop on each whole run, once at the end of the run (shown, "
+               "never read by selection)" if tested else "")))
+    if "teacher_forced" in modes.get("validate", []):
         print("  (teacher forced: the program's step times on the batches and queue of the "
               "run's corpora, so an overloaded run's queue is not the program's; "
               "`evolve validate ID` simulates every run closed loop)")
+    if "test" in view.modes and not tested:
+        print("no test columns: this run has no closed-loop test figures (runs compute them "
+              "when they end; its stored test figures are teacher forced); `evolve validate "
+              "ID --split test` simulates them")
     if priced:
         print("loss = the search loss: sqrt(train^2 + w * max(0, transfer - margin)^2); "
               "transfer = each model's training runs priced by constants fitted without it")
-    print(f"* {rule}")
+    print(f"* {view.rule}")
     return 0

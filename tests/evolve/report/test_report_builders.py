@@ -206,7 +206,13 @@ def test_validation_page_data(synth, tmp_path):
     # how the metrics were scored is read from them, per split (a fixed caption was untrue)
     modes = {m["split"]: m["mode"] for m in synth.programs[pick].metrics.values()}
     assert vp.how.startswith("train: ") and "test: " in vp.how
-    assert ("teacher forced" in vp.how) == ("teacher_forced" in modes.values())
+    # test points: the run's end-of-run closed-loop figures, never the teacher-forced ones
+    assert "teacher_forced" in modes.values() and "teacher forced" not in vp.how
+    assert "test: closed loop on the whole run, at the end of the run" in vp.how
+    final = synth.programs[pick].test_closed_loop
+    assert {(p.run, p.predicted) for p in mine if p.split == "test"} == {
+        (n, m["pred"][k]) for n, m in final.items() for k in ("e2e_mean", "ttft_mean")}
+    assert vp.test_note == ""
 
 
 def test_run_rows_keep_measured_predicted_and_ape():
