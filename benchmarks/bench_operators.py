@@ -16,6 +16,16 @@ llama-cpp-python, compact prompt, with and without the GBNF constraint; needs
 ``--cassette F`` recorded by a run with the same settings (``--cassette-model``), e.g. a
 stronger hosted model. Run: ``.venv/bin/python benchmarks/bench_operators.py``
 (``--operators offline,local+grammar`` to choose; ``--quick`` for 4 children).
+
+``--search`` (issue 59): whole 10-generation searches with the default configuration,
+per seed (``--seeds 7,1,2``) and mode: ``offline``, ``llm`` (``--llm local --llm-share 1``:
+the local model alone) and ``mixed`` (``--llm local``: the default share, repair and
+overlap). Each local-model run records its cassette to ``--cassettes DIR`` (default
+``benchmarks/cassettes``; an existing cassette is replayed instead, so the figures replay
+without the model: ``--replay`` insists on that). Printed per run: best training loss,
+LLM-originated children (an LLM child or its repair) accepted / fitted, LLM-originated
+programs among the pick's ancestors, wall time and its ratio to offline's. Run:
+``.venv/bin/python benchmarks/bench_operators.py --search --seeds 7 --modes offline,mixed,llm``.
 """
 
 from __future__ import annotations
@@ -112,17 +122,120 @@ def _has_program(reason: str) -> bool:
     return reason.startswith(("duplicate of", "same predictions as", "complexity"))
 
 
+CASSETTES = ROOT / "benchmarks" / "cassettes"
+MODES = {"offline": [], "llm": ["--llm", "local", "--llm-share", "1"],
+         "mixed": ["--llm", "local"]}
+
+
+def search_command(mode: str, seed: int, generations: int, archive: Path,
+                   cassettes: Path, replay: bool) -> list[str]:
+    """``evolve run`` of one mode, recording (or replaying) its cassette."""
+    cmd = [sys.executable, "-c", "import sys; from evolve.cli.main import main; "
+           "sys.exit(main())", "run", "--generations", str(generations), "--seed", str(seed),
+           "--archive", str(archive), "--no-progress"]
+    if mode == "offline":
+        return cmd
+    cassette = cassettes / f"{mode}-seed{seed}-g{generations}.jsonl"
+    mode_flag = "--replay" if replay or cassette.is_file() else "--record"
+    return [*cmd, *MODES[mode], "--cassette", str(cassette), mode_flag]
+
+
+def search_figures(archive: Path) -> dict[str, float]:
+    """Best training loss, LLM-originated children accepted, the pick's LLM ancestors."""
+    db = sqlite3.connect(archive)
+    best = db.execute("select min(loss) from evaluations where status = 'accepted' and "
+                      "loss is not null").fetchone()[0]
+    kids = db.execute("select e.program_id, e.operator, e.status from evaluations e where "
+                      "e.kind = 'child'").fetchall()
+    parents = {pid: json.loads(par) if isinstance(par, str) else (par or [])
+               for pid, par in db.execute("select id, parent_ids from programs")}
+    ops = dict(db.execute("select id, operator from programs"))
+    # an LLM child and its repairs are one LLM-originated attempt: accepted if either is
+    llm_kids = [pid for pid, op, _ in kids if op.startswith("llm:")]
+    ok = {pid for pid, _, st in kids if st == "accepted"}
+    repaired_ok = {(parents.get(pid) or [None])[0] for pid, op, st in kids
+                   if op.startswith("repair:") and st == "accepted"}
+    accepted = [pid for pid in llm_kids if pid in ok or pid in repaired_ok]
+    pick = db.execute("select program_id from frontier where picked and generation = "
+                      "(select max(generation) from frontier)").fetchone()
+    ancestors: set[str] = set()
+    todo = [pick[0]] if pick else []
+    while todo:
+        pid = todo.pop()
+        if pid in ancestors:
+            continue
+        ancestors.add(pid)
+        todo += [q for q in parents.get(pid) or [] if q]
+    from_llm = sorted(a for a in ancestors if str(ops.get(a, "")).startswith(("llm:",
+                                                                             "repair:")))
+    wall = db.execute("select julianday(finished_at) - julianday(created_at) from runs"
+                      ).fetchone()[0]
+    return {"best": best, "llm_children": len(llm_kids), "llm_accepted": len(accepted),
+            "repairs": sum(1 for _, op, _ in kids if op.startswith("repair:")),
+            "repairs_ok": sum(1 for _, op, st in kids
+                              if op.startswith("repair:") and st == "accepted"),
+            "pick_llm_ancestors": len(from_llm), "pick_ancestors": len(ancestors),
+            "run_wall_s": (wall or 0.0) * 86400}
+
+
+def search_main(args: argparse.Namespace) -> int:
+    cassettes = Path(args.cassettes)
+    cassettes.mkdir(parents=True, exist_ok=True)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "
+          f"{args.generations} generations, default configuration")
+    print(f"{'seed':>4} {'mode':<8}{'best loss':>10}{'LLM acc/fit':>13}{'repairs ok':>12}"
+          f"{'pick LLM anc':>14}{'wall min':>10}{'x offline':>10}", flush=True)
+    out_dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-ops-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for seed in (int(s) for s in args.seeds.split(",")):
+        offline_wall = None
+        for mode in args.modes.split(","):
+            archive = out_dir / f"{mode}-seed{seed}.db"
+            archive.unlink(missing_ok=True)
+            cmd = search_command(mode, seed, args.generations, archive, cassettes, args.replay)
+            t0 = time.monotonic()
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            wall = time.monotonic() - t0
+            if res.returncode != 0:
+                print(f"{seed:>4} {mode:<8}failed: {res.stderr.strip().splitlines()[-3:]}",
+                      flush=True)
+                continue
+            f = search_figures(archive)
+            if mode == "offline":
+                offline_wall = wall
+            ratio = f"{wall / offline_wall:.2f}" if offline_wall else "-"
+            share = (f"{f['llm_accepted']}/{f['llm_children']}" if f["llm_children"] else "-")
+            print(f"{seed:>4} {mode:<8}{f['best']:>10.4f}{share:>13}"
+                  f"{f['repairs_ok']:>7}/{f['repairs']:<4}"
+                  f"{f['pick_llm_ancestors']:>7}/{f['pick_ancestors']:<6}"
+                  f"{wall / 60:>10.1f}{ratio:>10}", flush=True)
+    print(f"archives in {out_dir}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--search", action="store_true",
+                    help="issue 59: whole searches per seed and mode (module doc)")
+    ap.add_argument("--seeds", default="7,1,2", help="--search: run seeds")
+    ap.add_argument("--modes", default="offline,mixed,llm", help="--search: modes")
+    ap.add_argument("--cassettes", default=str(CASSETTES), help="--search: cassette folder")
+    ap.add_argument("--replay", action="store_true", help="--search: replay cassettes only")
+    ap.add_argument("--keep", help="--search: keep the archives in this folder")
     ap.add_argument("--operators", default="offline,local+grammar,local,cassette")
     ap.add_argument("--children", type=int, default=10, help="proposals per generation")
-    ap.add_argument("--generations", type=int, default=1)
+    ap.add_argument("--generations", type=int, default=None,
+                    help="(default 1; --search: 10)")
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--head-seconds", type=float, default=12.0)
     ap.add_argument("--cassette", help="recorded cassette to replay (operator 'cassette')")
     ap.add_argument("--cassette-model", default="test-model")
     ap.add_argument("--quick", action="store_true", help="4 children")
     args = ap.parse_args()
+    if args.search:
+        args.generations = args.generations or 10
+        return search_main(args)
+    args.generations = args.generations or 1
     if args.quick:
         args.children = 4
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "

@@ -42,7 +42,13 @@ DEFAULT_COMPLEXITY_EDGES: tuple[int, ...] = (1, 4, 7, 10, 13, 16, 19, 22, 25, 28
 # Keys added after runs were first stored, with the value that reproduces what runs stored
 # without them did (see Config.from_dict).
 BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1,
-                                          ("fit", "transfer_weight"): 0.0}
+                                          ("fit", "transfer_weight"): 0.0,
+                                          ("operator", "llm_share"): 1.0,
+                                          ("operator", "repairs"): 0,
+                                          ("operator", "overlap"): False}
+# [operator] keys of the LLM operator (issue 59): an offline run does not store them, so it
+# stores the configuration (and archive digest) it stored before they existed
+OPERATOR_LLM_KEYS = ("llm_share", "repairs", "overlap")
 SEED_LIMIT = 2**63  # run seeds are in [0, SEED_LIMIT): an archive stores one as 64-bit
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
@@ -189,6 +195,16 @@ class OperatorSection:
     """Who proposes children (the LLM endpoint, cassette and budgets are in [llm])."""
 
     kind: str = _doc("offline", "offline (AST mutations) | llm", choices=("offline", "llm"))
+    llm_share: float = _doc(
+        0.25, "kind llm: share of each generation's children asked of the LLM, the rest "
+        "made by the offline operator (drawn per child from the run seed; 1 = LLM only; "
+        "docs/llm.md says how 0.25 was chosen)")
+    repairs: int = _doc(
+        2, "kind llm: offline repair edits tried on an LLM child that fails the physics "
+        "probe or the fit (add a context term, a memory floor), each its own child; 0 = off")
+    overlap: bool = _doc(
+        True, "kind llm: send generation g+1's LLM requests (planned from generation g's "
+        "parents) while generation g fits and judges")
 
 
 @dataclass
@@ -222,6 +238,9 @@ class Config:
         for key, default in LLM_STORED_WHEN_SET.items():
             if d["llm"].get(key) == default:
                 del d["llm"][key]
+        if d["operator"]["kind"] != "llm":
+            for key in OPERATOR_LLM_KEYS:
+                del d["operator"][key]
         if d["fit"]["transfer_weight"] == 0:  # off: stored as before the keys existed
             del d["fit"]["transfer_weight"], d["fit"]["transfer_margin"]
         return d
@@ -355,6 +374,9 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
                                       "an integer in [1, 17]"),
         "fit.max_evals": (cfg.fit.max_evals >= 1, "an integer >= 1"),
         "fit.starts": (cfg.fit.starts >= 1, "an integer >= 1"),
+        "operator.llm_share": (fin(cfg.operator.llm_share)
+                               and 0.0 <= cfg.operator.llm_share <= 1.0, "a number in [0, 1]"),
+        "operator.repairs": (0 <= cfg.operator.repairs <= 3, "an integer in [0, 3]"),
         "fit.window_steps": (cfg.fit.window_steps >= 1, "an integer >= 1")}
     for key, (ok, allowed) in ranges.items():
         if not ok:

@@ -13,16 +13,21 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from evolve.program.language import Program
+
 
 @dataclass(frozen=True)
 class Parent:
     """A program as an operator sees it: source, fitted constants, training errors only."""
 
-    program: Any  # evolve.program.language.Program
+    program: Program
     constants: dict[str, dict[str, float]]  # group key -> {constant name: value}
     loss: float
     train_errors: dict[str, dict[str, float]]  # scenario name -> {"e2e_mean": ape, ...}
     worst_batches: str = ""  # compact table of where the parent errs most (training runs)
+    # why recent children of this program were rejected after fitting (physics probe, fit),
+    # most recent last; shown in LLM prompts so the model does not repeat them
+    rejections: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

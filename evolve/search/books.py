@@ -58,6 +58,11 @@ class Books:
             self.state.grid.try_insert(Elite(prog.id, res.loss, prog.complexity,
                                              len(prog.features), g, res.val_loss))
 
+    def note_rejection(self, parent_id: str, reason: str) -> None:
+        """A child of ``parent_id`` was rejected after fitting: its reason is shown to the
+        LLM with that parent (:attr:`evolve.operators.base.Parent.rejections`)."""
+        self.state.note_rejection(parent_id, reason)
+
     def program_row(self, prog: Program | None, source: str, parents: Sequence[str],
                     operator: str, g: int, pid: str | None = None,
                     fp: str | None = None) -> ProgramRow:

@@ -19,6 +19,7 @@ import numpy as np
 from evolve.config.schema import Config
 from evolve.errors import ProgramError
 from evolve.operators.base import Proposal
+from evolve.operators.offline.repair import repairable, repairs
 from evolve.program.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.execution.executors import Executor
@@ -60,7 +61,28 @@ def screen(books: Books, cfg: Config, g: int, prop: Proposal) -> Screened:
 def evaluate_children(books: Books, pool: Executor, cfg: Config, g: int,
                       proposals: Sequence[Proposal], probe: np.ndarray | None) -> list[Any]:
     """Screen, fingerprint, fit and record a generation's proposals; returns the rows.
-    ``probe``: the run's fingerprint probe steps (None: no fingerprints)."""
+    ``probe``: the run's fingerprint probe steps (None: no fingerprints).
+
+    Then, with ``operator.kind = "llm"`` and ``operator.repairs`` > 0, every LLM child
+    rejected after fitting (physics probe, fit) gets up to that many offline repair edits
+    (:mod:`evolve.operators.offline.repair`), each a child of its own whose parent is the
+    LLM program, screened and fitted the same way after the generation's proposals (fit
+    seeds continue the proposals' positions, so the archive does not depend on timing)."""
+    rows, failed = _evaluate(books, pool, cfg, g, proposals, probe, 0)
+    limit = cfg.operator.repairs if cfg.operator.kind == "llm" else 0
+    fixes = [Proposal(src, op, (pid,)) for pid, reason in failed
+             for op, src in repairs(books.state.programs[pid].source, reason, limit)]
+    if fixes:
+        more, _ = _evaluate(books, pool, cfg, g, fixes, probe, len(proposals))
+        rows += more
+    return rows
+
+
+def _evaluate(books: Books, pool: Executor, cfg: Config, g: int,
+              proposals: Sequence[Proposal], probe: np.ndarray | None, offset: int
+              ) -> tuple[list[Any], list[tuple[str, str]]]:
+    """The rows of ``proposals`` (fit seeds from position ``offset`` on) and the (id,
+    reason) of every LLM child rejected after fitting for a reason a repair may fix."""
     st = books.state
     rows: list[Any] = []
     # 1. parse; drop known ids and over-cap programs (cheap, in proposal order)
@@ -94,15 +116,20 @@ def evaluate_children(books: Books, pool: Executor, cfg: Config, g: int,
             st.n_fitted += 1
             to_fit.append((i, prog))
     # 3. fit in the workers (results in job order)
-    results = pool.map([(p, child_seed(cfg.run.seed, g, i)) for i, p in to_fit])
+    results = pool.map([(p, child_seed(cfg.run.seed, g, offset + i)) for i, p in to_fit])
     fitted = {i: (prog, res) for (i, prog), res in zip(to_fit, results, strict=True)}
     # 4. one evaluation row per proposal, in proposal order
+    failed: list[tuple[str, str]] = []
     for i, prop in enumerate(proposals):
         if i in fitted:
             prog, res = fitted[i]
             rows.append(books.eval_row(g, prog, "child", prop.operator, res))
             books.accept(prog, res, g)
+            if not res.ok and prop.parent_ids:
+                books.note_rejection(prop.parent_ids[0], res.reason)
+            if not res.ok and prop.operator.startswith("llm:") and repairable(res.reason):
+                failed.append((prog.id, res.reason))
             continue
         pid, reason = rejected[i]
         rows.append(books.rejection_row(g, pid, "screen", prop.operator, reason))
-    return rows
+    return rows, failed

@@ -199,6 +199,8 @@ class Search:
             raise
         finally:
             self.pool.reset()
+            if hasattr(self.operator, "prefetch"):  # no LLM batch left in flight
+                getattr(self.operator, "close")()  # noqa: B009
             if bar is not None:
                 bar.close()
         with critical():
@@ -247,10 +249,18 @@ class Search:
             self.fallback_generation = g
             self.log(f"generation {g}: the LLM endpoint failed every request; later "
                      "children come from the offline operator")
-        if proposals and all(p.source is None for p in proposals):  # said, not just stored
-            why = Counter(p.error or "no program" for p in proposals).most_common(2)
-            self.log(f"generation {g}: none of the {len(proposals)} proposals held a program ("
-                     + ", ".join(f"{n} x {r}" for r, n in why) + ")")
+        asked = [p for p in proposals if p.operator.startswith("llm:")]  # mixed: the LLM's
+        mixed = bool(asked) and len(asked) < len(proposals)
+        asked = asked if mixed else list(proposals)
+        if asked and all(p.source is None for p in asked):  # said, not just stored
+            why = Counter(p.error or "no program" for p in asked).most_common(2)
+            self.log(f"generation {g}: none of the {len(asked)} {'LLM ' * mixed}proposals "
+                     "held a program (" + ", ".join(f"{n} x {r}" for r, n in why) + ")")
+        prefetch = getattr(self.operator, "prefetch", None)
+        if prefetch is not None and g < cfg.run.generations:
+            # overlap: the next generation's LLM requests run while this one fits
+            prefetch(parents, insp, generation_rng(cfg.run.seed, g + 1, PURPOSE_OPERATOR),
+                     cfg.search.children)
         rows = books.llm_rows(g, proposals)
         rows += evaluate_children(books, self.pool, cfg, g, proposals, ctx.probe)
         rows += maybe_refresh(books, ctx, cfg, self.pool, g, self.log)

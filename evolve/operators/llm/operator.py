@@ -127,13 +127,44 @@ class LLMOperator:
         if not parents:
             raise ValueError("LLMOperator.propose needs at least one parent")
         self._check_budget()
-        plans = [self._plan(i, parents, inspirations, rng) for i in range(n)]
-        exchanges = self._run(plans)
+        plans = self.plan(parents, inspirations, rng, n)
+        return self.finish(plans, self.send(plans))
+
+    # The three steps of ``propose``, for callers that send a batch early and collect it
+    # later (:class:`evolve.operators.llm.mixed.MixedOperator`'s overlap): ``plan`` draws
+    # everything from ``rng``, ``send`` may run on another thread (nothing of the operator's
+    # state but the endpoint is touched there), ``finish`` accounts in request order.
+    def plan(self, parents: Sequence[Parent], inspirations: Sequence[Parent],
+             rng: np.random.Generator, n: int) -> list[_Plan]:
+        """The ``n`` requests of a batch, decided (and their rng draws made) up front."""
+        if not parents:
+            raise ValueError("LLMOperator.plan needs at least one parent")
+        return [self._plan(i, parents, inspirations, rng) for i in range(n)]
+
+    def send(self, plans: list[_Plan], journal: bool = True
+             ) -> list[tuple[Exchange, bool] | None]:
+        """The exchanges of ``plans``, in request order (``journal``: serve and keep them
+        in the generation's journal; off for a batch sent ahead of its generation)."""
+        return self._run(plans, journal)
+
+    def finish(self, plans: list[_Plan], exchanges: list[tuple[Exchange, bool] | None]
+               ) -> list[Proposal]:
+        """The proposals of a sent batch, accounted in request order; a batch whose every
+        request failed at the endpoint triggers ``on_failure``."""
         proposals = [self._proposal(p, ex) for p, ex in zip(plans, exchanges, strict=True)]
         sent = [ex for ex, _ in (e for e in exchanges if e is not None)]
-        if sent and len(sent) == n and all(ex.status in ENDPOINT_FAILURES for ex in sent):
+        if sent and len(sent) == len(plans) and all(
+                ex.status in ENDPOINT_FAILURES for ex in sent):
             self._endpoint_failed(proposals, sent[0].error or "")
         return proposals
+
+    def budget_left(self) -> bool:
+        """Whether the token and cost budgets allow another batch."""
+        try:
+            self._check_budget()
+        except BudgetExhausted:
+            return False
+        return True
 
     # -- planning (main thread, consumes rng in a fixed order) -----------------------------
 
@@ -168,7 +199,8 @@ class LLMOperator:
 
     # -- sending (worker threads) ----------------------------------------------------------
 
-    def _run(self, plans: list[_Plan]) -> list[tuple[Exchange, bool] | None]:
+    def _run(self, plans: list[_Plan], journal: bool = True
+             ) -> list[tuple[Exchange, bool] | None]:
         todo = [p for p in plans if p.request is not None]
         out: list[tuple[Exchange, bool] | None] = [None] * len(plans)
         if not todo:
@@ -178,18 +210,19 @@ class LLMOperator:
             self._endpoint = Endpoint(self.cfg)
         workers = max(1, min(self.cfg.concurrency, len(todo)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm") as pool:
-            futures = [(p.index, pool.submit(self._exchange, p)) for p in todo]
+            futures = [(p.index, pool.submit(self._exchange, p, journal)) for p in todo]
         for index, fut in futures:  # re-raises the first failure by request index
             out[index] = fut.result()
         return out
 
-    def _exchange(self, plan: _Plan) -> tuple[Exchange, bool]:
+    def _exchange(self, plan: _Plan, use_journal: bool = True) -> tuple[Exchange, bool]:
         assert plan.request is not None and plan.request_hash is not None
         cap = self.cfg.max_reply_bytes  # a cassette or journal may hold a longer reply
         if self.cassette is not None and self.cassette.mode == "replay":
             return cap_reply(Exchange.from_dict(self.cassette.get(plan.request_hash)), cap), True
-        if self.journal is not None:
-            kept = self.journal.exchange(plan.index, plan.request_hash)
+        journal = self.journal if use_journal else None
+        if journal is not None:
+            kept = journal.exchange(plan.index, plan.request_hash)
             if kept is not None:  # answered before the run was interrupted
                 return (cap_reply(Exchange.from_dict(kept["exchange"]), cap),
                         bool(kept["cached"]))
@@ -197,8 +230,8 @@ class LLMOperator:
         exchange = self._endpoint.complete(plan.request, estimate_tokens)
         if self.cassette is not None and self.cassette.mode == "record":
             self.cassette.put(plan.request_hash, plan.request, exchange.to_dict())
-        if self.journal is not None:
-            self.journal.put_exchange(plan.index, plan.request_hash, exchange.to_dict(), False)
+        if journal is not None:
+            journal.put_exchange(plan.index, plan.request_hash, exchange.to_dict(), False)
         return exchange, False
 
     # -- results (main thread, request order) ----------------------------------------------

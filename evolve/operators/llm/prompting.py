@@ -32,7 +32,8 @@ from typing import Any, Literal
 
 import jinja2
 
-from evaluator.api import FEATURES, PEAK_FLOPS
+from evaluator.api import FEATURES, MAX_STEP_US, PEAK_FLOPS
+from evolve.assess.physics import FLOOR_CONTEXT, FLOOR_MARGIN
 from evolve.assets import asset_dir
 from evolve.operators.base import Parent
 from evolve.program.whitelist import CALL_ARITY, MAX_COMPLEXITY, MAX_CONSTANTS, MAX_WHERE
@@ -51,6 +52,21 @@ LANGUAGE = {
     "hardware": f"H100 SXM, dense bf16 {PEAK_FLOPS / 1e12:.1f} TFLOP/s, HBM 3.35 TB/s, "
                 "NVLink 900 GB/s",
 }
+
+# The rules the physics probe (evolve.assess.physics.violation) enforces on every fitted
+# program, one line each, in the order it checks them: read from its constants, so the
+# prompt states the thresholds the probe applies.
+PHYSICS_RULES: tuple[str, ...] = (
+    f"step time finite, positive and below {MAX_STEP_US:g} us on every batch",
+    "never faster with more context (f.kv_sum, f.kv_max) or more scheduled tokens: more work "
+    "never takes less time",
+    f"at contexts >= {FLOOR_CONTEXT:g} tokens, at least {1 - FLOOR_MARGIN:.0%} of the memory "
+    "floor f.weight_read + f.kv_read (e.g. maximum(e, c.k * (f.weight_read + f.kv_read)))",
+    f"at contexts >= {FLOOR_CONTEXT:g} tokens, step time grows with context by at least "
+    f"{1 - FLOOR_MARGIN:.0%} of what f.k_dc_attn grows by (e.g. + c.k * f.k_dc_attn, k >= 1)",
+)
+MAX_REJECTIONS = 3  # a parent's rejection reasons shown, most recent
+MAX_REJECTION_CHARS = 160
 
 # Training-error columns shown per run, in this order, when present (RunMetrics.ape keys).
 ERROR_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -130,7 +146,8 @@ def estimate_tokens(text: str) -> int:
 @lru_cache(maxsize=1)
 def system_prompt() -> str:
     """The language rules and the feature glossary (identical for every request)."""
-    return _env().get_template("system.jinja").render(features=FEATURES, **LANGUAGE).strip()
+    return _env().get_template("system.jinja").render(
+        features=FEATURES, physics_rules=PHYSICS_RULES, **LANGUAGE).strip()
 
 
 @dataclass(frozen=True)
@@ -178,7 +195,7 @@ _BIG = 1 << 30  # sorts non-finite errors as worst
 def compact_system_prompt() -> str:
     """The compact profile's rules: the strict decoding form and the feature names."""
     return _env().get_template("compact_system.jinja").render(
-        features=FEATURES, **LANGUAGE).strip()
+        features=FEATURES, physics_rules=PHYSICS_RULES, **LANGUAGE).strip()
 
 
 def build_prompt(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Parent],
@@ -281,7 +298,21 @@ def _render_user(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[P
 def _program_view(p: Parent) -> dict[str, Any]:
     prog = p.program
     return {"source": str(prog.source), "complexity": int(prog.complexity),
-            "loss": _fmt_loss(p.loss), "short_id": str(prog.id)[:10]}
+            "loss": _fmt_loss(p.loss), "short_id": str(prog.id)[:10],
+            "rejections": rejection_lines(p.rejections)}
+
+
+def rejection_lines(reasons: Sequence[str]) -> list[str]:
+    """The last :data:`MAX_REJECTIONS` distinct reasons, each one line, cut to
+    :data:`MAX_REJECTION_CHARS` (a physics reason names synthetic batches only)."""
+    out: list[str] = []
+    for why in reversed(list(reasons)):
+        line = " ".join(str(why).split())[:MAX_REJECTION_CHARS]
+        if line and line not in out:
+            out.append(line)
+        if len(out) >= MAX_REJECTIONS:
+            break
+    return out[::-1]
 
 
 def _parent_view(p: Parent, limits: _Limits) -> dict[str, Any]:

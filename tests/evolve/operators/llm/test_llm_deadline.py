@@ -80,6 +80,7 @@ def test_fallback_offline_operator_keeps_the_runs_complexity_cap(serve):
     cfg = Config()
     cfg.operator.kind = "llm"
     cfg.search.complexity_cap = 12
+    cfg.operator.llm_share, cfg.operator.overlap = 1.0, False  # the LLM alone
     cfg.llm = config(server, retries=0)
     op = build_operator(cfg, {})
     props = op.propose([make_parent()], [], np.random.default_rng(3), 2)
