@@ -39,7 +39,7 @@ from evolve.report.llmlog import VERDICTS, anchors_by_program, build_llm_log
 from evolve.report.overview import build_overview
 from evolve.report.pick import champion
 from evolve.report.program import RUN_COLUMNS, build_program, displacements
-from evolve.report.validation import build_validation
+from evolve.report.validation import WholeRuns, build_validation
 from evolve.text.untrusted import mask_secrets
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -51,6 +51,7 @@ class Options:
 
     cassette: str | None = None
     validate_dir: str | None = None
+    validation: WholeRuns | None = None  # --validate: the pick simulated on every whole run
 
 
 @dataclass
@@ -150,7 +151,7 @@ def build_site(data: RunData, out: Path, opts: Options | None = None) -> Written
     if has_llm:
         page("llm.html", "llm.jinja", log=log, verdicts=[v for v in VERDICTS
                                                           if any(x.verdict == v for x in log)])
-    vp = build_validation(data, opts.validate_dir)
+    vp = build_validation(data, opts.validate_dir, opts.validation)
     page("validation.html", "validation.jinja", vp=vp, charts=charts.validation_charts(vp))
     pick, champ = data.pick_id(), champion(data)
     front = data.frontier_ids()

@@ -10,6 +10,10 @@ Two sources, and why both:
   final hall of fame (:mod:`evolve.search.final_scores`); the teacher-forced test metrics
   the search stored are not shown (on a queueing run they hold the corpora's queue, not
   the program's), so a run without end-of-run figures shows no test points.
+* **Whole-run validation of the pick** (``evolve report --validate``): the command runs
+  ``evolve validate``'s simulation of the pick (``evolve.workflows.pick_validation``) and
+  hands the page its table and lines (:class:`WholeRuns`) and its plots, so the reader
+  does not have to run another command and regenerate.
 * **``evolve validate`` PNGs** (``--validate-dir DIR``, default off): per-request E2E CDFs
   need the simulated requests, which the archive does not keep; ``evolve validate ID --out
   DIR`` simulates all 16 runs whole and writes ``pred_vs_measured.png``,
@@ -52,6 +56,19 @@ class PredMeas:
 
 
 @dataclass
+class WholeRuns:
+    """``evolve validate``'s table and lines for one program, rendered as text already
+    (the report shows them as they are)."""
+
+    program_id: str
+    scope: str
+    loop: str
+    headers: list[str]
+    rows: list[list[str]]
+    lines: list[str]
+
+
+@dataclass
 class Image:
     name: str
     data_uri: str
@@ -65,6 +82,7 @@ class ValidationPage:
     validate_dir: str | None
     plots_note: str = ""  # whose plots they are, said when not the pick's or champion's
     test_note: str = ""  # why no test points are shown, when none are
+    whole: WholeRuns | None = None  # `evolve report --validate`: the pick, every whole run
 
     @property
     def how(self) -> str:
@@ -109,7 +127,8 @@ def load_images(directory: str | Path | None) -> list[Image]:
             for f in sorted(d.glob("*.png"))]
 
 
-def build_validation(data: RunData, validate_dir: str | Path | None = None) -> ValidationPage:
+def build_validation(data: RunData, validate_dir: str | Path | None = None,
+                     whole: WholeRuns | None = None) -> ValidationPage:
     pick, champ = data.pick_id(), champion(data)
     targets = [(r, pid) for r, pid in (("pick", pick), ("champion", champ)) if pid]
     if len(targets) == 2 and targets[0][1] == targets[1][1]:
@@ -127,7 +146,7 @@ def build_validation(data: RunData, validate_dir: str | Path | None = None) -> V
                  f"{', '.join(p[:12] for p in untested)} (a run computes them when it ends); "
                  "the teacher-forced ones the search stored are not shown.") if untested else ""
     return ValidationPage(targets, points, images,
-                          str(validate_dir) if validate_dir else None, note, test_note)
+                          str(validate_dir) if validate_dir else None, note, test_note, whole)
 
 
 def constants_digest(groups: Any) -> str:

@@ -1,7 +1,10 @@
 """``evolve report [RUN] --out DIR``: write a static HTML report of a run (offline, no CDN).
 
 ``--watch`` keeps regenerating it as the run commits generations (open ``DIR/index.html``
-and reload), and returns when the run is no longer running. ``DIR`` must be new, empty or
+and reload), and returns when the run is no longer running. ``--validate`` simulates the
+pick closed loop on every whole run (``evolve validate``'s work,
+``evolve.workflows.pick_validation``) and embeds the table and plots in the validation
+page. ``DIR`` must be new, empty or
 an earlier report (``evolve/report/outdir.py``): a folder of other files is refused.
 """
 
@@ -26,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--watch: seconds between checks of the archive")
     parser.add_argument("--cassette", metavar="F",
                         help="LLM cassette to show prompts from (default: the run's own)")
+    parser.add_argument("--validate", action="store_true",
+                        help="simulate the pick closed loop on every whole run (what "
+                             "`evolve validate` does, a minute or so) and embed its table "
+                             "and plots in the validation page")
+    parser.add_argument("--data", help="--validate: data directory (default: $EVOLVE_DATA "
+                        "or ../shared/data)")
     parser.add_argument("--validate-dir", metavar="DIR",
                         help="embed the PNG plots `evolve validate --out DIR` wrote")
 
@@ -43,6 +52,11 @@ def run(args: argparse.Namespace) -> int:
 
     with Archive(args.archive, create=False) as ar:  # a bad archive or run: before --out
         ar.run(args.run if args.run is not None else ar.latest_run_id())
+    if args.validate and (args.watch or args.validate_dir):
+        raise UserError("--validate: simulates once and embeds its own plots; not with "
+                        + ("--watch" if args.watch else "--validate-dir"))
+    if args.data is not None and not args.validate:
+        raise UserError("--data: applies to --validate only")
     if args.validate_dir and not Path(args.validate_dir).is_dir():
         raise UserError(f"--validate-dir {args.validate_dir}: not a directory (what `evolve "
                         "validate --out DIR` wrote)")
@@ -52,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     outdir.check(Path(args.out))  # someone's folder is refused before anything is written
     output_dir(args.out, "--out")
     index = Path(args.out) / "index.html"
+    if args.validate:
+        return _validated(args, opts, index)
 
     def say(w: Written) -> None:
         gen = "no generation committed yet" if w.generation is None else \
@@ -63,4 +79,26 @@ def run(args: argparse.Namespace) -> int:
         watch(args.archive, args.out, args.run, opts, args.interval, lambda: False, say)
         return 0
     say(write_report(args.archive, args.out, args.run, opts))
+    return 0
+
+
+def _validated(args: argparse.Namespace, opts: object, index: Path) -> int:
+    """``--validate``: the pick's whole-run validation into a scratch folder, then the
+    report with its table and plots embedded (the page is one file: no folder is left)."""
+    import dataclasses
+    import tempfile
+
+    from evolve.report import Options, write_report
+    from evolve.workflows.pick_validation import validate_pick
+
+    assert isinstance(opts, Options)
+    print("validating the pick closed loop on every whole run...", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="evolve-validate-") as tmp:
+        whole = validate_pick(args.archive, args.run, args.data, Path(tmp),
+                              lambda n: print(f"  simulated {n}", file=sys.stderr))
+        w = write_report(args.archive, args.out, args.run,
+                         dataclasses.replace(opts, validate_dir=tmp, validation=whole))
+    print(f"wrote {index} (generation {w.generation}; {w.changed} of {w.pages} pages "
+          f"changed; the pick {whole.program_id[:12]} validated on {len(whole.rows)} runs)",
+          file=sys.stderr, flush=True)
     return 0
