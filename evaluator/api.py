@@ -16,8 +16,9 @@ Contract (the seam between the two packages):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
@@ -51,13 +52,25 @@ from evaluator.ingest.tracev2 import read_tracev2, write_tracev2
 from evaluator.ingest.unseen import unseen_scenarios
 from evaluator.model import MAX_STEP_US, ConstMap, StepModel, step_time_problem, usable_steps
 from evaluator.scoring.baselines import baseline_models
-from evaluator.scoring.score import RunMetrics, loss, request_latencies, score_corpus, score_fit_set
+from evaluator.scoring.score import (
+    DEFAULT_LOSS_WEIGHTS,
+    STEADY_KEYS,
+    STEADY_WARMUP_S,
+    RunMetrics,
+    loss,
+    request_latencies,
+    run_loss,
+    score_corpus,
+    score_fit_set,
+    steady_mask,
+)
 from evaluator.sim.corpus import Corpus, FitSet, build_fit_set
 from evaluator.sim.sensitivity import DELTA as SENSITIVITY_DELTA
 from evaluator.sim.sensitivity import e2e_response, scaled
 from evaluator.sim.simulator import SimResult, simulate
 
 __all__ = [
+    "DEFAULT_LOSS_WEIGHTS",
     "FEATURES",
     "FEATURE_INDEX",
     "FEATURE_NAMES",
@@ -69,6 +82,8 @@ __all__ = [
     "PINNED_ENV",
     "SENSITIVITY_DELTA",
     "STAT_INDEX",
+    "STEADY_KEYS",
+    "STEADY_WARMUP_S",
     "ConstMap",
     "Corpus",
     "DataError",
@@ -98,13 +113,16 @@ __all__ = [
     "read_tracev2",
     "replay_command",
     "request_latencies",
+    "run_loss",
     "scaled",
     "scenario_trace",
     "shell",
+    "steady_mask",
     "step_time_problem",
     "unseen_scenarios",
     "usable_steps",
     "with_prompt_cache",
+    "with_sim_options",
     "write_experiment",
     "write_tracev2",
 ]
@@ -132,6 +150,20 @@ def ordered_map(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Itera
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def with_sim_options(scenarios: Sequence[Scenario], step_noise: float = 0.0,
+                     host_us_per_open: float = 0.0,
+                     loss_weights: Mapping[str, float] | None = None) -> list[Scenario]:
+    """The scenarios with seeded step-time noise of sd(log) ``step_noise``, the what-if host
+    cost ``host_us_per_open`` (µs per step per open request; :mod:`evaluator.sim.simulator`)
+    and the loss weights of the steady percentiles (``evaluator.scoring.score.
+    DEFAULT_LOSS_WEIGHTS``' keys; None: the defaults)."""
+    if step_noise < 0 or host_us_per_open < 0:
+        raise ValueError("step_noise and host_us_per_open must be >= 0")
+    weights = None if loss_weights is None else {k: float(v) for k, v in loss_weights.items()}
+    return [replace(s, step_noise=float(step_noise), host_us_per_open=float(host_us_per_open),
+                    loss_weights=weights) for s in scenarios]
+
+
 class Evaluator:
     """Scenarios plus the corpora they were simulated into; scores models against them."""
 
@@ -151,18 +183,20 @@ class Evaluator:
     @classmethod
     def from_data(cls, data: str | None = None, names: list[str] | None = None,
                   prompt_cache: bool = True, async_scheduling: bool = True,
-                  loop: str = "vllm") -> Evaluator:
+                  loop: str = "vllm", step_noise: float = 0.0, host_us_per_open: float = 0.0,
+                  loss_weights: Mapping[str, float] | None = None) -> Evaluator:
         """The scenarios of a data directory; one with none is an error (every command
         that loads one would print an empty table and exit 0). ``prompt_cache``: simulate
         vLLM's prefix caching of whole repeated prompts (:mod:`evaluator.data.prompt_cache`); off,
         only the shared system prompts are cached. ``async_scheduling``: a busy engine forms
         each step while the previous one runs (vLLM's default since 0.14). ``loop``: the
-        engine loop simulated (``LOOPS``: vllm, or blis for BLIS's)."""
+        engine loop simulated (``LOOPS``: vllm, or blis for BLIS's). ``step_noise``,
+        ``host_us_per_open``, ``loss_weights``: :func:`with_sim_options`."""
         scenarios = load_scenarios(data, names, prompt_cache, async_scheduling, loop)
         if not scenarios:
             raise DataError(f"{data_dir(data) / 'experiments'}: no experiments (`evolve "
                             "ingest` writes them; `evolve data` lists a directory)")
-        return cls(scenarios)
+        return cls(with_sim_options(scenarios, step_noise, host_us_per_open, loss_weights))
 
     def simulate(self, model: StepModel, consts: ConstMap,
                  names: Sequence[str] | None = None, record_members: bool = False,

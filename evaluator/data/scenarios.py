@@ -206,6 +206,14 @@ class Scenario:
     # vLLM's async scheduling: a step is formed while the previous one runs (simulator.py)
     async_scheduling: bool = field(default=True, compare=False)
     loop: str = field(default="vllm", compare=False)  # LOOPS; simulator.py says what differs
+    # sd of the log of a seeded mean-one multiplicative noise on every step time (0: none;
+    # evaluator/sim/simulator.py); the stream is seeded by the run's name
+    step_noise: float = field(default=0.0, compare=False)
+    # what-if host cost per step (µs) per open request, arrived and neither finished nor
+    # timed out (issue 58: Mixtral reasoning's decode interval); 0: none
+    host_us_per_open: float = field(default=0.0, compare=False)
+    # weights of the loss's steady-percentile terms (evaluator.scoring.score); None: default
+    loss_weights: dict[str, float] | None = field(default=None, compare=False)
 
     @property
     def n_requests(self) -> int:
@@ -259,7 +267,8 @@ class Scenario:
                        measured=Measured(e2e, ttft, failed, summary),
                        scored=None if scored.all() else scored,
                        meta={**self.meta, "window_s": (start_s, end_s, warmup_s),
-                             "parent": self.name})
+                             "parent": self.name,
+                             "offset_s": float(self.meta.get("offset_s", 0.0)) + t0})
 
     def stage_slices(self, width_s: float = 120.0, warmup_s: float = 30.0) -> list[Scenario]:
         """One window of ``width_s`` (after ``warmup_s``) in the middle of every load stage."""

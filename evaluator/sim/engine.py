@@ -32,7 +32,8 @@ _RUN_SIG = nb.types.Tuple((
     i8a, i8a, i8a, nb.boolean[::1], i8a, i8a,  # admit, first, last, aborted, preempts, kv
     i8a, nb.int32[::1], nb.int32[::1], nb.int32[::1], nb.boolean[::1], nb.int32[::1],
 ))(STEP_FN_TYPE, f8a, f8a, f8a, f8a, i8a, i8a, i8a, i8a, i8a,
-  nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean, nb.boolean, nb.boolean)
+  nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean, nb.boolean, nb.boolean,
+  f8a, nb.float64)
 
 
 @nb.njit(cache=True)
@@ -69,11 +70,15 @@ def _count(st1, t, k, s):
 
 @nb.njit(_RUN_SIG, cache=True, nogil=True)
 def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt, order,
-         shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap, blis):
+         shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap, blis,
+         noise, host_per_open):
     """``overlap``: vLLM's async scheduling. ``blis``: BLIS's loop at the pinned commit
     (docs/blis.md): a preempted request re-prefills its input and decodes every output
     token again (its TTFT re-timed), a newly admitted request's step sees no cached prefix
-    (``ProgressIndex`` advances after ``StepTime``), steps last whole µs (at least 1)."""
+    (``ProgressIndex`` advances after ``StepTime``), steps last whole µs (at least 1).
+    ``noise``: step ``j``'s time is multiplied by ``noise[j % len(noise)]`` (empty: none).
+    ``host_per_open``: µs added to every step per open request (entered, neither finished
+    nor aborted)."""
     overlap = overlap and not blis
     n = entry.shape[0]
     state = np.zeros(n, np.int64)
@@ -134,6 +139,8 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
     dl = 0  # next request (in arrival order) whose deadline to check
     n_preempt = 0
     n_live = n
+    n_open = 0  # entered the waiting queue, neither finished nor aborted
+    n_noise = noise.shape[0]
     while n_live > 0:
         while nxt < n and entry[order[nxt]] <= now:
             r = order[nxt]
@@ -141,10 +148,13 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                 state[r] = _WAITING
                 waitq[(w_head + w_len) % (n + 1)] = r
                 w_len += 1
+                n_open += 1
             nxt += 1
         while dl < n and deadline[dl] <= now:
             r = dl
             if state[r] == _WAITING or state[r] == _RUNNING or state[r] == _PENDING:
+                if state[r] != _PENDING:
+                    n_open -= 1
                 if state[r] == _RUNNING:
                     k = 0
                     for j in range(n_run):
@@ -329,6 +339,10 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
         if not (d > 0.0 and d < MAX_STEP_US):
             return (step, ERR_BAD_STEP, step, n_preempt, stats, begin, end, admit, first, last,
                     aborted, pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
+        if n_noise > 0:
+            d = d * noise[step % n_noise]
+        if host_per_open > 0.0:
+            d = d + host_per_open * n_open
         if blis:  # BLIS's clock: whole µs, at least 1 (clampToInt64, max(1, ...))
             d = max(np.floor(d), 1.0)
         for q in range(N_STATS):
@@ -371,6 +385,7 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                     if n_out[r] >= output_len[r]:
                         last[r] = step
                         state[r] = _DONE
+                        n_open -= 1
                         free += blocks[r]
                         blocks[r] = 0
                         evictable = _release(r, prompt, holds, pref, pc, plru, step, evictable)

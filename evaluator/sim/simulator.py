@@ -18,7 +18,17 @@ measurements: docs/notes/2026-11-26-host-time-under-overload.md): whole repeated
 cached, evicted whole (``--no-prompt-cache``: system prompts only); vLLM's async
 scheduling (``--no-async-scheduling``); no CUDA-graph padding, detokenisation or API
 server; a step's duration from its batch only (the overloaded runs' host-time drift is
-not followed); the load profile's output length for every request.
+not followed, unless ``Scenario.host_us_per_open`` prices it as a what-if); the load
+profile's output length for every request; the measured server's cold start (its first
+10-30 s are slow: the scorer's steady percentiles leave them out on both sides).
+
+Step-time noise (``Scenario.step_noise`` = sigma): every step time is multiplied by
+``exp(sigma z - sigma^2 / 2)`` (mean one), ``z`` iid standard normal, from a stream seeded
+by the run's name (:func:`step_noise_factors`): the same inputs give the same outputs.
+Measured: sd of log(period / batch fit) 0.025-0.08 on the three runs with sampled steps,
+no autocorrelation (docs/notes/2026-12-06-tails-and-overload.md). Teacher forcing on a
+whole corpus applies the same factors step for step (``score_corpus``: it reproduces the
+closed loop); on the fitting windows it prices the expected (noise-free) step time.
 
 Differences from BLIS's batch formation are listed in ``docs/blis.md``. ``Scenario.loop =
 "blis"`` (``--loop blis``) simulates BLIS's engine loop at the pinned commit instead, the
@@ -40,7 +50,12 @@ from evaluator.data.scenarios import CLIENT_TIMEOUT_S, Scenario
 from evaluator.features.components import ARCH_FIELDS
 from evaluator.features.glossary import N_STATS
 from evaluator.model import MAX_STEP_US
-from evaluator.scoring.score import RunMetrics, metrics_from_times, queue_delay
+from evaluator.scoring.score import (
+    RunMetrics,
+    metrics_from_times,
+    queue_delay,
+    step_noise_factors,
+)
 from evaluator.sim.corpus import Corpus
 from evaluator.sim.engine import _STEP_SIG, ERR_BAD_STEP, ERR_STUCK, STEP_FN_TYPE, _run
 
@@ -78,7 +93,9 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
                scenario.output_tokens.astype(np.int64), scenario.prefix_group.astype(np.int64),
                _prompts(scenario), order, int(shared), sv.max_num_seqs, sv.max_batched_tokens,
                sv.block_size, sv.kv_blocks, bool(record_members),
-               bool(scenario.async_scheduling), scenario.loop == "blis")
+               bool(scenario.async_scheduling), scenario.loop == "blis",
+               step_noise_factors(scenario.name, float(scenario.step_noise)),
+               float(scenario.host_us_per_open))
     (n_steps, err, err_step, n_pre, stats, begin, end, admit, first, last, aborted,
      pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len) = out
     end_us = end[:n_steps].copy()

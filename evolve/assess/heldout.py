@@ -31,16 +31,33 @@ def split_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str) -> f
     return _rms(metrics, split, terms)
 
 
+STEADY_TERMS = ("ttft_p90_steady", "ttft_p99_steady", "e2e_p99_steady")
+
+
 def fitting_loss(metrics: Mapping[str, Mapping[str, Any]] | None, split: str) -> float:
-    """The training loss's formula (``evaluator.api.loss``: mean-E2E and mean-TTFT APEs)
-    over the stored entries of ``split``: ``train`` gives the training loss back,
-    ``transfer`` the transfer loss (``evolve.search.transfer``); nan if none, inf if any
-    is invalid."""
-    def terms(m: Mapping[str, Any]) -> list[float] | None:
+    """The training loss's formula (``evaluator.api.loss``: mean-E2E and mean-TTFT APEs at
+    weight 1, the steady percentiles' at the entry's stored ``loss_weights``, capped) over
+    the stored entries of ``split``: ``train`` gives the training loss back, ``transfer``
+    the transfer loss (``evolve.search.transfer``); nan if none, inf if any is invalid.
+    An entry stored without ``loss_weights`` (before issue 58) counts its means only."""
+    rows = [m for _n, m in sorted((metrics or {}).items()) if m.get("split") == split]
+    if not rows:
+        return math.nan
+    acc = 0.0
+    for m in rows:
         ape = m.get("ape") or {}
-        ok = "e2e_mean" in ape and "ttft_mean" in ape
-        return [float(ape["e2e_mean"]), float(ape["ttft_mean"])] if ok else None
-    return _rms(metrics, split, terms)
+        if not m.get("valid") or "e2e_mean" not in ape or "ttft_mean" not in ape:
+            return math.inf
+        w = m.get("loss_weights") or {}
+        num = float(ape["e2e_mean"]) ** 2 + float(ape["ttft_mean"]) ** 2
+        den = 2.0
+        for key in STEADY_TERMS:  # evaluator.scoring.score.run_loss, from stored dicts
+            wk = float(w.get(key, 0.0))
+            if wk > 0 and key in ape:
+                num += wk * min(float(ape[key]), float(w.get("cap", 1.0))) ** 2
+                den += wk
+        acc += num / den
+    return math.sqrt(acc / len(rows))
 
 
 def _rms(metrics: Mapping[str, Mapping[str, Any]] | None, split: str,

@@ -45,7 +45,11 @@ BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1,
                                           ("fit", "transfer_weight"): 0.0,
                                           ("operator", "llm_share"): 1.0,
                                           ("operator", "repairs"): 0,
-                                          ("operator", "overlap"): False}
+                                          ("operator", "overlap"): False,
+                                          ("run", "step_noise"): 0.0,
+                                          ("loss", "ttft_p90_steady"): 0.0,
+                                          ("loss", "ttft_p99_steady"): 0.0,
+                                          ("loss", "e2e_p99_steady"): 0.0}
 # [operator] keys of the LLM operator (issue 59): an offline run does not store them, so it
 # stores the configuration (and archive digest) it stored before they existed
 OPERATOR_LLM_KEYS = ("llm_share", "repairs", "overlap")
@@ -92,6 +96,10 @@ class RunSection:
         "measured) | blis (BLIS at the pinned commit, where an exported model runs: no async "
         "scheduling, TTFT + output_token_us, re-decode after preemption; docs/blis.md)",
         choices=ENGINE_LOOPS)
+    step_noise: float = _doc(
+        0.06, "sd of log of a seeded, mean-one, iid multiplicative noise on every simulated "
+        "step time (the stream seeded by the run's name; evaluator/sim/simulator.py); 0.06 = "
+        "the median measured on the train runs' sampled steps; 0 = none")
     archive: str = _doc("archive.db", "archive: SQLite file path or SQLAlchemy URL, e.g. "
                         "postgresql://user@host/db (not stored with the run)")
     seeds_dir: str = _doc("", "directory of seed programs *.py; empty = the project's seeds/")
@@ -208,12 +216,34 @@ class OperatorSection:
 
 
 @dataclass
+class LossSection:
+    """Search loss per run: weighted mean of squared APEs, means at 1, steady percentiles as set.
+
+    Steady: over requests arriving after the measured server's 30 s cold start, both sides
+    (evaluator/scoring/score.py, docs/concepts/simulator.md)."""
+
+    ttft_p90_steady: float = _doc(0.5, "weight of the steady p90 TTFT APE (0 = off)")
+    ttft_p99_steady: float = _doc(0.25, "weight of the steady p99 TTFT APE, the noisiest "
+                                  "statistic (0 = off)")
+    e2e_p99_steady: float = _doc(0.5, "weight of the steady p99 E2E APE (0 = off)")
+    cap: float = _doc(1.0, "each percentile APE counts at most this much (a knee's +100 % "
+                      "does not drown the means)")
+
+    def weights(self) -> dict[str, float]:
+        """As ``evaluator.api.with_sim_options`` takes them."""
+        return {"ttft_p90_steady": self.ttft_p90_steady,
+                "ttft_p99_steady": self.ttft_p99_steady,
+                "e2e_p99_steady": self.e2e_p99_steady, "cap": self.cap}
+
+
+@dataclass
 class Config:
     """The whole configuration of one run."""
 
     run: RunSection = field(default_factory=RunSection)
     search: SearchSection = field(default_factory=SearchSection)
     fit: FitSection = field(default_factory=FitSection)
+    loss: LossSection = field(default_factory=LossSection)
     split: SplitSection = field(default_factory=SplitSection)
     operator: OperatorSection = field(default_factory=OperatorSection)
     llm: LLMConfig = field(default_factory=LLMConfig)
@@ -343,6 +373,8 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
         "fit.slice_seconds": (fin(cfg.fit.slice_seconds) and cfg.fit.slice_seconds > 0,
                               "a finite number > 0")}
     for key in ("run.wall_time_s", "run.head_seconds", "fit.slice_warmup_seconds",
+                "run.step_noise", "loss.ttft_p90_steady", "loss.ttft_p99_steady",
+                "loss.e2e_p99_steady",
                 "fit.pool_strength", "fit.prior_strength", "fit.transfer_weight",
                 "fit.transfer_margin", "run.max_evaluations", "search.inspirations",
                 "search.refresh_min_gap", "search.max_refreshes", "search.refresh_margin",
@@ -373,6 +405,7 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
         "search.fingerprint_digits": (1 <= cfg.search.fingerprint_digits <= 17,
                                       "an integer in [1, 17]"),
         "fit.max_evals": (cfg.fit.max_evals >= 1, "an integer >= 1"),
+        "loss.cap": (fin(cfg.loss.cap) and cfg.loss.cap > 0, "a finite number > 0"),
         "fit.starts": (cfg.fit.starts >= 1, "an integer >= 1"),
         "operator.llm_share": (fin(cfg.operator.llm_share)
                                and 0.0 <= cfg.operator.llm_share <= 1.0, "a number in [0, 1]"),

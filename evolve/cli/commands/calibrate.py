@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,16 +35,12 @@ from evolve.workflows.targets import (
     check_flags,
     load_target,
     not_blank,
-    on_all_cores,
-    output_dir,
-    rule_program,
     seed_arg,
     simulator_options,
-    write_file,
 )
 
 if TYPE_CHECKING:
-    from evaluator.api import SimResult
+    pass
 
 HELP = "constants for a model nobody measured: a program calibrated to the layered rule"
 
@@ -101,68 +96,20 @@ def run(args: argparse.Namespace) -> int:
     not_blank(args.model_config, "--model-config", "the config.json")
     not_blank(args.name, "--name", "the model")
     not_blank(args.out, "--out", "the output directory")
-    from evaluator.api import Evaluator, data_dir, estimate_kv_pool, unseen_scenarios
-    from evolve.fitting import const_map
-    from evolve.fitting.calibrate import carry
-    from evolve.program.codegen import step_model
+    from evolve.workflows.calibrate import CalibrateOptions, calibrate, writable_out
 
     config = Path(args.model_config)
     name = args.name or (config if config.is_dir() else config.parent).resolve().name
     if not name.strip() or name in (".", "..") or "/" in name or "\\" in name:
         raise UserError(f"--name {name!r}: a model name, not a path (it names the default "
                         "output directory runs/calibrate-NAME)")
-    out = _writable_out(Path(args.out or Path("runs") / f"calibrate-{name}"))
+    out = writable_out(Path(args.out or Path("runs") / f"calibrate-{name}"))
     program, _groups, label = load_target(args)
-    ev = Evaluator.from_data(args.data, **simulator_options(args))
-    if name in {s.model for s in ev.scenarios}:
-        raise UserError(f"--name {name}: a measured model of the data; its constants are "
-                        "fitted on its own runs (evolve fit / evolve run); pass another name")
-    sources = [s for s in ev.scenarios if s.split != "test"]  # the test split is never read
-    kv_blocks, budget = args.kv_blocks, None
-    if kv_blocks is None:
-        extra = {} if share is None else {"utilization": share}
-        budget = estimate_kv_pool(config, tp=args.tp, block_size=sources[0].server.block_size,
-                                  data=data_dir(args.data), **extra)
-        kv_blocks = budget.blocks
-        print(f"KV blocks: {kv_blocks} estimated ({budget.describe()}); vLLM's log "
-              "'# GPU blocks: N' is exact: pass it as --kv-blocks", file=sys.stderr)
-    new = unseen_scenarios(sources, config, tp=args.tp, kv_blocks=kv_blocks, name=name,
-                           data=data_dir(args.data))
-    fit_on = [s.name for s in sources if s.workload != "reasoning"]
-    calib_on = [s.name for s in new if s.workload != "reasoning"]
-    if not fit_on or not calib_on:
-        raise UserError(f"{data_dir(args.data)}: no measured normal (non-reasoning) runs "
-                        "outside the test split to fit the rule and calibrate on")
-    out = output_dir(out, "--out")  # created once the input is known to be good
-    ev = on_all_cores(Evaluator([*ev.scenarios, *new]))
-    print(f"calibrating {label} for {name} (TP {args.tp}, {kv_blocks} KV blocks) on "
-          f"{len(calib_on)} workloads; the rule fitted on {len(fit_on)} measured runs",
-          file=sys.stderr)
-    reference = rule_program()
-    record = carry(program, reference, ev, fit_on, calib_on, seed=args.seed,
-                   max_evals=args.max_evals, prior=args.prior, pool=FitSection.pool_strength)
-    if not math.isfinite(record["match_loss"]):  # once written, with NaN predictions
-        raise UserError(f"{args.program}: no constants in its bounds price {name}'s "
-                        f"batches (match loss to {RULE} inf: a time not finite, or physics "
-                        "broken, at every candidate); nothing written")
-    names = [s.name for s in new]
-    sims = ev.simulate(step_model(program),
-                       const_map(program, {"global": record["calibrated"]}, new, "global"),
-                       names=names)
-    ref = ev.simulate(step_model(reference),
-                      const_map(reference, {"global": record["reference"]}, new, "global"),
-                      names=names)
-    predictions = {s.workload: {"program": _pred(sims[s.name]), RULE: _pred(ref[s.name]),
-                                "workload_of": s.meta["workload_of"]} for s in new}
-    doc = {"program": program.id, "model": name, "model_config": str(config), "tp": args.tp,
-           "kv_blocks": kv_blocks, "kv_blocks_estimate": budget and budget.as_dict(),
-           "seed": args.seed, "max_evals": args.max_evals,
-           **record, "predictions": predictions}
-    for fname, text in (("program.py", program.source),
-                        ("constants.json", json.dumps({"global": record["calibrated"]},
-                                                      indent=1, sort_keys=True)),
-                        ("calibration.json", json.dumps(doc, indent=1, sort_keys=True))):
-        write_file(out / fname, text if text.endswith("\n") else text + "\n", "--out")
+    opts = CalibrateOptions(args.program, name, config, args.tp, args.kv_blocks, share,
+                            args.data, dict(simulator_options(args)), args.seed,
+                            args.max_evals, args.prior, out)
+    cal = calibrate(program, label, opts, lambda msg: print(msg, file=sys.stderr))
+    doc, predictions, out = cal.doc, cal.predictions, cal.out
     if args.json:
         json.dump(doc, sys.stdout, indent=1, sort_keys=True)
         print()
@@ -170,11 +117,11 @@ def run(args: argparse.Namespace) -> int:
     rows = [[w, *(_cells(p["program"])), *(_cells(p[RULE]))]
             for w, p in sorted(predictions.items())]
     print(f"{label} for {name}, closed loop on the data's workloads (predictions; no "
-          f"measurement of {name} exists); match loss {record['match_loss']:.4f}")
+          f"measurement of {name} exists); match loss {cal.match_loss:.4f}")
     print(table(["workload", "E2E s", "TTFT s", "decode ms", "failed",
                  "layered E2E s", "TTFT s", "decode ms", "failed"], rows,
                 right=tuple(range(1, 9))))
-    loop = ev.scenarios[0].loop
+    loop = cal.loop
     print(f"wrote {out}/program.py, constants.json, calibration.json; for BLIS:\n"
           f"  evolve export-go {out}/program.py --constants {out}/constants.json "
           f"--fitted-loop {loop} --no-refit -o latency_model.go")
@@ -182,33 +129,6 @@ def run(args: argparse.Namespace) -> int:
         print("note: calibrated in vLLM's engine loop; for stock BLIS calibrate with "
               "--loop blis (docs/blis.md, 'The engine loop')")
     return 0
-
-
-def _writable_out(out: Path) -> Path:
-    """``--out`` checked before the data is loaded, without creating it (a refused
-    calibration leaves no directory behind): the nearest existing ancestor must be a
-    directory one can write in."""
-    import tempfile
-
-    base = out
-    while not base.exists() and base.parent != base:
-        base = base.parent
-    if not base.is_dir():
-        where = "" if base == out else f"{base} "
-        raise UserError(f"--out {out}: {where}exists and is not a directory")
-    try:
-        with tempfile.TemporaryFile(dir=base):
-            pass
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot write there ({exc.strerror})") from None
-    return out
-
-
-def _pred(res: SimResult) -> dict[str, float]:
-    """The closed-loop aggregates a capacity planner reads (seconds; failures a count)."""
-    pred = res.metrics.pred
-    return {k: float(pred.get(k, math.nan)) for k in ("e2e_mean", "ttft_mean", "itl_mean",
-                                                       "e2e_p99", "failures")}
 
 
 def _cells(p: dict[str, float]) -> list[str]:

@@ -1,13 +1,17 @@
 """``evolve validate ID``: closed-loop simulation of an archived program on every run.
 
-Prints the per-run table (measured vs simulated mean/p90/p99 E2E and TTFT, decode
-interval, APE, split), the decode interval by admission time of the runs that queue, the
-program's long-context price per model and the runs at a knee (``evaluator.sim.sensitivity``:
-every run is simulated again at step times 3 % shorter and longer), and writes three PNG
-plots and ``plots.json`` (whose they are, for ``evolve report --validate-dir``). ID is an
-archived program id (prefix accepted); its constants are those of its latest accepted
-evaluation. A program file can be validated too, with ``--constants JSON``
-({group: {name: value}}) or at its initial constants.
+Prints the per-run table (measured vs simulated mean/p90/p99 E2E and TTFT, the steady
+p99 E2E and p90/p99 TTFT over arrivals after the measured server's 30 s cold start, decode
+interval, APE, split), the counts of normal runs whose percentiles are within 10 %, the
+decode interval by admission time of the runs that queue, the program's long-context price
+per model and the runs at a knee (``evaluator.sim.sensitivity``: every run is simulated
+again at step times 3 % shorter and longer), and writes four PNG plots
+(``ttft_cdfs.png``: per run, TTFT CDF measured vs simulated, steady and all) and
+``plots.json`` (whose they are, for ``evolve report --validate-dir``). ID is an archived
+program id (prefix accepted); its constants are those of its latest accepted evaluation. A
+program file can be validated too, with ``--constants JSON`` ({group: {name: value}}) or at
+its initial constants. ``--step-noise`` and ``--host-us-per-open`` set the simulator's
+step-time noise and the what-if host cost per open request (docs/concepts/simulator.md).
 """
 
 from __future__ import annotations
@@ -48,18 +52,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "for one global set, for a program file")
     parser.add_argument("--scope", choices=["global", "per_model", "pooled", "per_scenario"],
                         help="constant scope (default: inferred from the constant groups)")
+    parser.add_argument("--step-noise", type=float, metavar="SIGMA",
+                        help="sd of log of the simulator's seeded step-time noise (default: "
+                             "run.step_noise's default; 0 = none)")
+    parser.add_argument("--host-us-per-open", type=float, default=0.0, metavar="US",
+                        help="what-if: add US µs of host time to every step per open request "
+                             "(arrived, neither finished nor timed out); 7.6 is what the "
+                             "Mixtral reasoning (validate) run's decode interval shows "
+                             "(docs/concepts/simulator.md); default 0")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator
+    from evolve.config.schema import RunSection
     from evolve.errors import UserError
     from evolve.fitting import const_map
     from evolve.workflows.validation import (
         context_lines,
         drift_lines,
         envelope_lines,
+        percentile_counts,
         plot,
         sensitivity_lines,
         summary_lines,
@@ -73,8 +87,14 @@ def run(args: argparse.Namespace) -> int:
     args.out = args.out or "runs/validate"
     if not args.no_plots:  # an unwritable --out is found now, not after the simulations
         output_dir(args.out, "--out")
+    noise = RunSection().step_noise if args.step_noise is None else args.step_noise
+    for flag, value in (("--step-noise", noise), ("--host-us-per-open", args.host_us_per_open)):
+        if not (value >= 0 and value < float("inf")):
+            raise UserError(f"{flag}: must be a finite number >= 0 (got {value:g})")
     program, groups, label, fitted_loop = load_fitted(args)
-    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args, fitted_loop)))
+    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args, fitted_loop),
+                                          step_noise=noise,
+                                          host_us_per_open=args.host_us_per_open))
     note_roofline_kernels(program, ev.scenarios)
     names = ev.names(None if args.split == "all" else args.split)
     if not names:  # validate() reads no names as "every run"
@@ -94,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         out = {n: m.to_dict() for n, m in val.metrics.items()}
         json.dump({"program": program.id, "scope": scope, "loop": loop, "runs": out,
                    "admission_drift": val.drift, "context_price": val.context_price,
-                   "sensitivity": val.sensitivity, "envelope": val.envelope},
+                   "sensitivity": val.sensitivity, "envelope": val.envelope,
+                   "step_noise": noise, "host_us_per_open": args.host_us_per_open,
+                   "percentiles_within_10pct": percentile_counts(val.metrics)},
                   sys.stdout, indent=1, sort_keys=True)
         print()
     else:
@@ -103,7 +125,11 @@ def run(args: argparse.Namespace) -> int:
         if loop == "blis":
             print("engine loop: BLIS's at the pinned commit (what the exported model gives "
                   "inside BLIS; TTFT includes output_token_us, as BLIS's does)")
-        print(table(table_headers(), table_rows(val.metrics), right=range(2, 24)))
+        if noise or args.host_us_per_open:
+            print(f"step-time noise sd(log) {noise:g}; what-if host time "
+                  f"{args.host_us_per_open:g} us per open request per step")
+        heads = table_headers()
+        print(table(heads, table_rows(val.metrics), right=range(2, len(heads) - 1)))
         for line in [*summary_lines(val.metrics), *drift_lines(val), *context_lines(val),
                      *sensitivity_lines(val), *envelope_lines(val)]:
             print(line)

@@ -132,14 +132,15 @@ def test_envelope_is_the_reach_past_the_models_training_runs():
     assert "a-train" not in line and "b-train" not in line
 
 
-def test_validate_writes_the_three_plots(tmp_path, data_path, capsys):
+def test_validate_writes_the_four_plots(tmp_path, data_path, capsys):
     out = tmp_path / "val"
     assert main(["validate", "layered", "--data", str(data_path), "--split", "validate",
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "runs at a knee" in text and "long-context price" in text
+    assert "TTFT p99 steady meas" in text and "p99 TTFT steady" in text  # beside the means
     pngs = sorted(p.name for p in out.iterdir() if p.suffix == ".png")
-    assert pngs == ["e2e_cdfs.png", "knees.png", "pred_vs_measured.png"]
+    assert pngs == ["e2e_cdfs.png", "knees.png", "pred_vs_measured.png", "ttft_cdfs.png"]
     whose = json.loads((out / "plots.json").read_text())
     assert whose["label"] == "layered" and len(whose["program"]) == 64
     assert len(whose["constants"]) == 16  # the declared ones here: a digest of {}
@@ -167,3 +168,41 @@ def test_plots_at_a_forced_scope_are_not_the_runs_own(tmp_path, data_path, capsy
         digests[len(scope)] = json.loads((out / "plots.json").read_text())["constants"]
     capsys.readouterr()
     assert digests[0] == constants_digest(groups) != digests[2]
+
+
+def _metrics(workload: str, ape: float):
+    from evaluator.api import RunMetrics
+
+    keys = ("e2e_mean", "ttft_mean", "itl_mean", "e2e_p99", "ttft_p90", "ttft_p99",
+            "ttft_p90_steady", "ttft_p99_steady", "e2e_p99_steady")
+    return RunMetrics(f"x-{workload}", "train", "m", workload, pred=dict.fromkeys(keys, 1.0),
+                      meas=dict.fromkeys(keys, 1.0), ape=dict.fromkeys(keys, ape))
+
+
+def test_validate_prints_the_percentile_errors_beside_the_means():
+    from evolve.workflows.validation import summary_lines, table_headers, table_rows
+
+    heads = table_headers()
+    for label in ("E2E", "TTFT", "TTFT p90", "TTFT p99", "E2E p99", "TTFT p90 steady",
+                  "TTFT p99 steady", "E2E p99 steady"):
+        assert f"{label} meas" in heads
+    metrics = {"a": _metrics("general", 0.05), "b": _metrics("codegen", 0.2),
+               "c": _metrics("reasoning", 0.0)}
+    row = table_rows(metrics)[0]
+    assert len(row) == len(heads)
+    assert row[heads.index("TTFT p99 steady meas") + 2] == "5.0%"
+    line = next(s for s in summary_lines(metrics) if "steady" in s)
+    assert "of 2:" in line  # the normal runs only
+    assert "p99 TTFT steady 1" in line and "p99 E2E all 1" in line
+
+
+def test_validate_writes_a_ttft_cdf_per_run(tmp_path):
+    from evolve.workflows.validation import Validation, plot
+
+    rng = np.random.default_rng(0)
+    ttft = {n: (rng.lognormal(-3, 0.3, 200), rng.lognormal(-3, 0.4, 200),
+                np.arange(200) >= 30, np.arange(200) >= 30) for n in ("r1", "r2")}
+    lat = {n: (rng.lognormal(1, 0.1, 200), rng.lognormal(1, 0.1, 200)) for n in ttft}
+    val = Validation({n: _metrics("general", 0.0) for n in ttft}, lat, ttft=ttft)
+    paths = plot(val, tmp_path, "t")
+    assert tmp_path / "ttft_cdfs.png" in paths and (tmp_path / "ttft_cdfs.png").stat().st_size
