@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 LOCAL = "local"  # --llm local: start a llama.cpp server for the run
 LOCAL_MAX_TOKENS = 400
+LOCAL_TIMEOUT_S = 300.0
 
 HELP = "run the evolutionary search"
 
@@ -251,6 +252,8 @@ def _local_defaults(cfg: Config) -> None:
         cfg.llm.max_tokens = LOCAL_MAX_TOKENS
     if cfg.llm.concurrency == defaults.concurrency:
         cfg.llm.concurrency = 1
+    if cfg.llm.timeout_s == defaults.timeout_s:  # a CPU shared with the fits: slow replies
+        cfg.llm.timeout_s = LOCAL_TIMEOUT_S
 
 
 def _execute(cfg: Config, resume: int | None, report: str | None = None,

@@ -34,6 +34,9 @@ from evolve.operators.base import Operator, Parent, Proposal
 from evolve.operators.llm.operator import LLMOperator
 
 _SPAN = 2**63 - 1
+# consecutive LLM batches failing at the endpoint before the run falls back to offline
+# (measured: one 120 s timeout of a starved local server ended the LLM's part of a run)
+FAIL_BATCHES = 3
 
 
 def primaries_first(parents: Sequence[Parent], idx: Sequence[int]) -> list[Parent]:
@@ -67,6 +70,7 @@ class MixedOperator:
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"llm share must be in [0, 1], not {share!r}")
         self.llm, self.offline, self.share, self.overlap = llm, offline, float(share), overlap
+        llm.fail_batches = FAIL_BATCHES
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: tuple[list[Any], Future[Any]] | None = None
         self.prefetched = 0  # batches sent ahead of their generation (and collected)

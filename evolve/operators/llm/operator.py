@@ -100,6 +100,11 @@ class LLMOperator:
         self.heldout = frozenset(heldout)
         self._make_fallback = fallback or _offline_operator
         self.usage = Usage()
+        # consecutive batches every request of which failed at the endpoint before
+        # ``on_failure`` acts: 1 for the LLM alone; the mixer sets more (its batches are a
+        # request or two, and one slow reply must not end the LLM's part of a run)
+        self.fail_batches = 1
+        self._failed_batches = 0
         self.cassette = (Cassette(cfg.cassette, cfg.cassette_mode)
                          if cfg.cassette_mode != "off" and cfg.cassette else None)
         self._endpoint: Endpoint | None = None
@@ -155,7 +160,11 @@ class LLMOperator:
         sent = [ex for ex, _ in (e for e in exchanges if e is not None)]
         if sent and len(sent) == len(plans) and all(
                 ex.status in ENDPOINT_FAILURES for ex in sent):
-            self._endpoint_failed(proposals, sent[0].error or "")
+            self._failed_batches += 1
+            if self._failed_batches >= self.fail_batches:
+                self._endpoint_failed(proposals, sent[0].error or "")
+        elif sent:
+            self._failed_batches = 0
         return proposals
 
     def budget_left(self) -> bool:

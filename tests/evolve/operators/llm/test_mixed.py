@@ -113,3 +113,16 @@ def test_runs_stored_before_mixing_load_as_the_llm_alone():
     fresh = Config()
     fresh.operator.kind = "llm"
     assert fresh.stored_dict()["operator"]["llm_share"] == pytest.approx(0.25)
+
+
+def test_mixed_falls_back_only_after_consecutive_failed_batches(serve):
+    from evolve.operators.llm.mixed import FAIL_BATCHES
+
+    server = serve(lambda req, n: Reply(status=503))
+    op = MixedOperator(LLMOperator(llm_config(server, retries=0)), OfflineOperator(), 1.0,
+                       overlap=False)
+    for g in range(1, FAIL_BATCHES):
+        op.propose(parents(), [], generation_rng(7, g, PURPOSE_OPERATOR), 2)
+        assert not op.fallen_back
+    op.propose(parents(), [], generation_rng(7, FAIL_BATCHES, PURPOSE_OPERATOR), 2)
+    assert op.fallen_back
