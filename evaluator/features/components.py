@@ -13,6 +13,7 @@ import numba as nb
 import numpy as np
 
 from evaluator.data.scenarios import ARCH_FIELDS
+from evaluator.features import glossary as G
 from evaluator.features.glossary import FEATURE_INDEX, N_FEATURES, STAT_INDEX
 from evaluator.features.kernel_interp import kernel_times
 
@@ -56,15 +57,15 @@ def features_into(out: np.ndarray, stats: np.ndarray, arch: np.ndarray) -> None:
     kb = arch[n_arch:]
 
     for j in range(out.shape[1]):
-        n_pf = stats[0, j]
-        n_dc = stats[1, j]
-        pf_tok = stats[2, j]
-        dc_tok = stats[3, j]
-        pf_pairs = stats[4, j]
-        pf_ctx = stats[5, j]
-        dc_kv = stats[6, j]
-        kv_max = stats[7, j]
-        blis_pf = stats[8, j]
+        n_pf = stats[G.N_PREFILL, j]
+        n_dc = stats[G.N_DECODE, j]
+        pf_tok = stats[G.PREFILL_TOKENS, j]
+        dc_tok = stats[G.DECODE_TOKENS, j]
+        pf_pairs = stats[G.PF_ATTN_PAIRS, j]
+        pf_ctx = stats[G.PF_KV_CTX, j]
+        dc_kv = stats[G.DC_KV_SUM, j]
+        kv_max = stats[G.KV_MAX, j]
+        blis_pf = stats[G.BLIS_PF_ATTN, j]
         bs = n_pf + n_dc
         tokens = pf_tok + dc_tok
         # lm_head runs once per request in the batch (logits only at sampled positions).

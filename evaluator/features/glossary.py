@@ -46,6 +46,11 @@ STATS: tuple[Entry, ...] = (
 STAT_NAMES: tuple[str, ...] = tuple(e.name for e in STATS)
 STAT_INDEX: dict[str, int] = {n: i for i, n in enumerate(STAT_NAMES)}
 N_STATS = len(STATS)
+# Row of each statistic in ``stats[N_STATS, n]``, named so the numba kernels (which read
+# module-level ints as compile-time constants) never index a row by a bare number.
+(N_PREFILL, N_DECODE, PREFILL_TOKENS, DECODE_TOKENS, PF_ATTN_PAIRS, PF_KV_CTX, DC_KV_SUM,
+ KV_MAX, BLIS_PF_ATTN) = range(N_STATS)
+assert STAT_NAMES[KV_MAX] == "kv_max" and STAT_NAMES[BLIS_PF_ATTN] == "blis_pf_attn"
 
 _PEAK = "H100 dense bf16 989.5 TFLOP/s"
 _HBM = "H100 HBM 3.35 TB/s"

@@ -25,6 +25,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from evaluator.data.scenarios import Scenario
+from evaluator.features.glossary import DECODE_TOKENS, PREFILL_TOKENS
 from evaluator.features.glossary import FEATURE_INDEX as FI
 from evaluator.model import STEP_SIG as _STEP_SIG
 from evaluator.model import ConstMap, StepModel
@@ -170,7 +171,8 @@ def _linear_rows(sc: Scenario, corpus, max_rows: int = 2000) -> tuple[np.ndarray
     ok &= corpus.wait_us <= wait_limit_us(m.ttft_s)
     idx = np.flatnonzero(ok)
     idx = idx[:: max(1, idx.size // max_rows)]
-    basis = np.vstack([np.ones(corpus.n_steps), corpus.stats[2], corpus.stats[3]])
+    basis = np.vstack([np.ones(corpus.n_steps), corpus.stats[PREFILL_TOKENS],
+                       corpus.stats[DECODE_TOKENS]])
     cs = np.cumsum(basis, axis=1)
     adm = corpus.admit_step[idx]
     before = np.where(adm > 0, cs[:, np.maximum(adm - 1, 0)], 0.0)

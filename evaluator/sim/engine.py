@@ -13,7 +13,19 @@ import numpy as np
 from numba import types
 
 from evaluator.features.components import features_into
-from evaluator.features.glossary import N_FEATURES, N_STATS
+from evaluator.features.glossary import (
+    BLIS_PF_ATTN,
+    DC_KV_SUM,
+    DECODE_TOKENS,
+    KV_MAX,
+    N_DECODE,
+    N_FEATURES,
+    N_PREFILL,
+    N_STATS,
+    PF_ATTN_PAIRS,
+    PF_KV_CTX,
+    PREFILL_TOKENS,
+)
 from evaluator.model import MAX_STEP_US
 from evaluator.model import STEP_SIG as _STEP_SIG
 from evaluator.sim.prompt_blocks import _evict, _release
@@ -55,17 +67,17 @@ def _count(st1, t, k, s):
     """Count a request scheduled ``t`` tokens, ``k`` of its ``s`` computed, into the step's
     statistics ``st1`` (glossary.STATS order) as it is scheduled: no second pass."""
     if k < s:  # prefill (a chunk of it)
-        st1[0, 0] += 1.0
-        st1[2, 0] += t
-        st1[4, 0] += t * (k + (t + 1.0) / 2.0)
-        st1[5, 0] += k + t
-        st1[8, 0] += t * (s + t / 2.0)
+        st1[N_PREFILL, 0] += 1.0
+        st1[PREFILL_TOKENS, 0] += t
+        st1[PF_ATTN_PAIRS, 0] += t * (k + (t + 1.0) / 2.0)
+        st1[PF_KV_CTX, 0] += k + t
+        st1[BLIS_PF_ATTN, 0] += t * (s + t / 2.0)
     else:
-        st1[1, 0] += 1.0
-        st1[3, 0] += t
-        st1[6, 0] += k
-    if k + t > st1[7, 0]:
-        st1[7, 0] = k + t
+        st1[N_DECODE, 0] += 1.0
+        st1[DECODE_TOKENS, 0] += t
+        st1[DC_KV_SUM, 0] += k
+    if k + t > st1[KV_MAX, 0]:
+        st1[KV_MAX, 0] = k + t
 
 
 @nb.njit(_RUN_SIG, cache=True, nogil=True)

@@ -43,6 +43,7 @@ prompts (BLIS hashes token blocks; the exported traces make the two agree, docs/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,6 +61,32 @@ from evaluator.sim.corpus import Corpus
 from evaluator.sim.engine import _STEP_SIG, ERR_BAD_STEP, ERR_STUCK, STEP_FN_TYPE, _run
 
 __all__ = ["STEP_FN_TYPE", "_STEP_SIG", "SimResult", "simulate"]
+
+
+class EngineRun(NamedTuple):
+    """What the engine kernel (:func:`evaluator.sim.engine._run`) returns, by name: arrays
+    are per request, per step (``stats``, ``begin``, ``end``, ``kv_used``) or the batches'
+    members (``m_*``, CSR by ``m_ptr``), allocated larger than used (cut at ``n_steps``)."""
+
+    n_steps: int
+    err: int
+    err_step: int
+    n_preemptions: int
+    stats: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    admit: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    aborted: np.ndarray
+    preemptions: np.ndarray
+    kv_used: np.ndarray
+    m_ptr: np.ndarray
+    m_req: np.ndarray
+    m_new: np.ndarray
+    m_kv: np.ndarray
+    m_prefill: np.ndarray
+    m_len: np.ndarray
 
 
 @dataclass
@@ -88,42 +115,41 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
     arch = scenario.arch_vector  # without the kernel tables when unread (StepModel)
     if not model.reads_kernels:
         arch = arch[:len(ARCH_FIELDS)]
-    out = _run(model.scalar_fn, consts, arch, np.ascontiguousarray(entry),
+    out = EngineRun._make(_run(model.scalar_fn, consts, arch, np.ascontiguousarray(entry),
                np.ascontiguousarray(deadline), scenario.input_tokens.astype(np.int64),
                scenario.output_tokens.astype(np.int64), scenario.prefix_group.astype(np.int64),
                _prompts(scenario), order, int(shared), sv.max_num_seqs, sv.max_batched_tokens,
                sv.block_size, sv.kv_blocks, bool(record_members),
                bool(scenario.async_scheduling), scenario.loop == "blis",
                step_noise_factors(scenario.name, float(scenario.step_noise)),
-               float(scenario.host_us_per_open))
-    (n_steps, err, err_step, n_pre, stats, begin, end, admit, first, last, aborted,
-     pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len) = out
-    end_us = end[:n_steps].copy()
-    sel = admit >= 0
+               float(scenario.host_us_per_open)))
+    n_steps = int(out.n_steps)
+    sel = out.admit >= 0
     wait = np.zeros(scenario.n_requests)
-    wait[sel] = np.maximum(begin[admit[sel]] - entry[sel], 0.0)
-    corpus = Corpus(stats=stats[:, :n_steps].copy(), end_us=end_us,
+    wait[sel] = np.maximum(out.begin[out.admit[sel]] - entry[sel], 0.0)
+    corpus = Corpus(stats=out.stats[:, :n_steps].copy(), end_us=out.end[:n_steps].copy(),
                     arrival_us=scenario.arrival_us.copy(), queue_us=delay,
-                    wait_us=wait,
-                    admit_step=admit, first_step=first, last_step=last, aborted=aborted,
+                    wait_us=wait, admit_step=out.admit, first_step=out.first,
+                    last_step=out.last, aborted=out.aborted,
                     output_tokens=scenario.output_tokens.astype(np.int64),
-                    preemptions=pre_cnt, kv_used=kv_used[:n_steps].copy())
+                    preemptions=out.preemptions, kv_used=out.kv_used[:n_steps].copy())
     if record_members:
-        nm = int(m_ptr[n_steps])
-        corpus.member_ptr = m_ptr[: n_steps + 1].copy()
-        corpus.member_req = m_req[:nm].copy()
-        corpus.member_new = m_new[:nm].copy()
-        corpus.member_kv = m_kv[:nm].copy()
-        corpus.member_prefill = m_pf[:nm].copy()
-        corpus.member_len = m_len[:nm].copy()
+        nm = int(out.m_ptr[n_steps])
+        corpus.member_ptr = out.m_ptr[: n_steps + 1].copy()
+        corpus.member_req = out.m_req[:nm].copy()
+        corpus.member_new = out.m_new[:nm].copy()
+        corpus.member_kv = out.m_kv[:nm].copy()
+        corpus.member_prefill = out.m_prefill[:nm].copy()
+        corpus.member_len = out.m_len[:nm].copy()
     error = ""
-    if err == ERR_BAD_STEP:
+    if out.err == ERR_BAD_STEP:
         error = (f"step time not finite, positive and below {MAX_STEP_US:g} us at step "
-                 f"{err_step}")
-    elif err == ERR_STUCK:
-        error = f"no request fits the KV pool at step {err_step}"
+                 f"{out.err_step}")
+    elif out.err == ERR_STUCK:
+        error = f"no request fits the KV pool at step {out.err_step}"
     metrics = metrics_from_times(scenario, corpus, corpus.end_us, consts, model, error)
-    return SimResult(corpus=corpus, metrics=metrics, n_preemptions=int(n_pre), error=error)
+    return SimResult(corpus=corpus, metrics=metrics, n_preemptions=int(out.n_preemptions),
+                     error=error)
 
 
 def _prompts(scenario: Scenario) -> np.ndarray:
