@@ -147,6 +147,9 @@ def search_figures(archive: Path) -> dict[str, float]:
                       "loss is not null").fetchone()[0]
     kids = db.execute("select e.program_id, e.operator, e.status from evaluations e where "
                       "e.kind = 'child'").fetchall()
+    # every LLM proposal (a reply without a program is a screen rejection)
+    n_llm = db.execute("select count(*) from evaluations where generation > 0 and operator "
+                       "like 'llm:%' and kind in ('child', 'screen')").fetchone()[0]
     parents = {pid: json.loads(par) if isinstance(par, str) else (par or [])
                for pid, par in db.execute("select id, parent_ids from programs")}
     ops = dict(db.execute("select id, operator from programs"))
@@ -170,7 +173,7 @@ def search_figures(archive: Path) -> dict[str, float]:
                                                                              "repair:")))
     wall = db.execute("select julianday(finished_at) - julianday(created_at) from runs"
                       ).fetchone()[0]
-    return {"best": best, "llm_children": len(llm_kids), "llm_accepted": len(accepted),
+    return {"best": best, "llm_children": n_llm, "llm_accepted": len(accepted),
             "repairs": sum(1 for _, op, _ in kids if op.startswith("repair:")),
             "repairs_ok": sum(1 for _, op, st in kids
                               if op.startswith("repair:") and st == "accepted"),
