@@ -74,8 +74,11 @@ SERVICE_FIXTURES = {"go_toolchain", "harness", "pg", "ray_head"}
 SERVICE_MODULES = {"test_local_llm", "test_report_browser", "test_report_untrusted",
                    "test_blis_measured", "test_blis_replay", "test_go_blis", "test_build_blis",
                    "test_postgres_archive", "test_ray_executor", "test_ray_lost"}
+# Session fixtures that run a whole (tiny) search: every test on them waits for it.
+SLOW_FIXTURES = {"tiny_run", "_finished_run", "uninterrupted_digest", "sqlite_reference"}
 SLOW_FOLDERS = {"integration"}
-SLOW_MODULES: set[str] = set()
+SLOW_MODULES = {"test_generalize", "test_study", "test_cli_run", "test_calibrate_command",
+                "test_export_loop", "test_closed_loop", "test_calibrate", "test_roundtrip"}
 
 
 def _tier(item) -> None:
@@ -83,7 +86,8 @@ def _tier(item) -> None:
     fixtures = set(getattr(item, "fixturenames", ()))
     if fixtures & SERVICE_FIXTURES or path.stem in SERVICE_MODULES:
         item.add_marker(pytest.mark.service)
-    if SLOW_FOLDERS & set(path.parts) or path.stem in SLOW_MODULES:
+    if (SLOW_FOLDERS & set(path.parts) or path.stem in SLOW_MODULES
+            or fixtures & SLOW_FIXTURES):
         item.add_marker(pytest.mark.slow)
 
 
