@@ -41,8 +41,27 @@ class Proposal:
     llm_call: dict[str, Any] | None = field(default=None, compare=False)
 
 
+class ExchangeStore(Protocol):
+    """Where an operator keeps the endpoint exchanges of the generation in progress (the
+    search's journal, :class:`evolve.search.journal.Journal`), so replies paid for before a
+    kill are served, not asked for (and paid) again, on resume."""
+
+    def exchange(self, index: int, request_hash: str) -> dict[str, Any] | None: ...
+
+    def put_exchange(self, index: int, request_hash: str, exchange: dict[str, Any],
+                     cached: bool) -> None: ...
+
+
 class Operator(Protocol):
+    """What the loop asks of an operator: proposals, and (once, before the first
+    generation) the journal it may keep its exchanges in."""
+
     name: str
+
+    def attach_journal(self, journal: ExchangeStore) -> None:
+        """Keep ``journal`` for the exchanges of each generation (operators without an
+        endpoint ignore it)."""
+        ...
 
     def propose(self, parents: Sequence[Parent], inspirations: Sequence[Parent],
                 rng: np.random.Generator, n: int) -> list[Proposal]:

@@ -118,8 +118,7 @@ class Search:
         self.journal = Journal(archive, self.run_id)
         self.pool = JournaledExecutor(make_executor(self.ctx, cfg), self.journal,
                                       lambda: self.evaluator.corpus_version)
-        if hasattr(self.operator, "journal"):  # the LLM operator keeps its replies there
-            setattr(self.operator, "journal", self.journal)  # noqa: B010
+        self.operator.attach_journal(self.journal)  # the LLM operator keeps its replies there
         self.books = Books(cfg, self.run_id, self.evaluator)
 
     def run(self) -> RunSummary:

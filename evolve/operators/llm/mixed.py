@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from evolve.operators.base import Operator, Parent, Proposal
+from evolve.operators.base import ExchangeStore, Operator, Parent, Proposal
 from evolve.operators.llm.operator import LLMOperator
 
 _SPAN = 2**63 - 1
@@ -75,14 +75,11 @@ class MixedOperator:
         self._ahead: tuple[list[Any], Future[Any]] | None = None
         self.prefetched = 0  # batches sent ahead of their generation (and collected)
 
-    # the loop sets the journal and reads the fallback on the operator it holds
-    @property
-    def journal(self) -> Any:
-        return self.llm.journal
+    def attach_journal(self, journal: ExchangeStore) -> None:
+        """The LLM half keeps its exchanges there; the offline half has none."""
+        self.llm.attach_journal(journal)
 
-    @journal.setter
-    def journal(self, value: Any) -> None:
-        self.llm.journal = value
+    # the loop reads the fallback on the operator it holds
 
     @property
     def fallen_back(self) -> bool:

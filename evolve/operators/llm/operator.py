@@ -38,7 +38,7 @@ import numpy as np
 
 from evolve.config.llm import LLMConfig
 from evolve.errors import BudgetExhausted, LLMUnavailable
-from evolve.operators.base import Operator, Parent, Proposal
+from evolve.operators.base import ExchangeStore, Operator, Parent, Proposal
 from evolve.operators.llm.cassette import Cassette, canonical_request, request_hash
 from evolve.operators.llm.endpoint import ENDPOINT_FAILURES, OK, Endpoint, Exchange, cap_reply
 from evolve.operators.llm.prompting import (
@@ -112,7 +112,10 @@ class LLMOperator:
         # Set by the loop: keeps each finished exchange of the generation in progress
         # (``exchange(index, hash)`` / ``put_exchange(index, hash, exchange, cached)``),
         # so replies paid for before a kill are not asked for (and paid) again on resume.
-        self.journal: Any = None
+        self.journal: ExchangeStore | None = None
+
+    def attach_journal(self, journal: ExchangeStore) -> None:
+        self.journal = journal
 
     @property
     def fallen_back(self) -> bool:

@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from evolve.errors import ProgramError
-from evolve.operators.base import Parent, Proposal
+from evolve.operators.base import ExchangeStore, Parent, Proposal
 from evolve.operators.offline import ast_edit as E
 from evolve.operators.offline.mutations import Inapplicable, Mutations, Retry
 from evolve.program.language import MAX_COMPLEXITY, MAX_CONSTANTS, MAX_WHERE, parse_program
@@ -77,6 +77,9 @@ class OfflineOperator(Mutations):
     """Deterministic structural mutations; see the module docstring for the kinds."""
 
     name = "offline"
+
+    def attach_journal(self, journal: ExchangeStore) -> None:
+        """Nothing to keep: offline proposals are recomputed from the seed on resume."""
 
     def __init__(self, max_complexity: int = MAX_COMPLEXITY, max_where: int = MAX_WHERE,
                  max_constants: int = MAX_CONSTANTS,

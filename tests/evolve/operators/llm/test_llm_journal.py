@@ -21,7 +21,7 @@ def _config(server: LLMServer) -> LLMConfig:
 
 def _propose(server: LLMServer, journal: Journal) -> list:
     op = LLMOperator(_config(server))
-    op.journal = journal
+    op.attach_journal(journal)
     parents = [make_parent()]
     try:
         return op.propose(parents, parents, np.random.default_rng(5), 3)
