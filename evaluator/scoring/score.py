@@ -243,6 +243,12 @@ def noise_seed(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
 
 
+def run_step_noise(scenario) -> float:
+    """The sigma a run is simulated with: its ``step_noise``, but none in BLIS's loop (BLIS
+    calls ``StepTime`` deterministically, and its loop is simulated to match it)."""
+    return 0.0 if blis_loop(scenario) else float(getattr(scenario, "step_noise", 0.0))
+
+
 @lru_cache(maxsize=256)
 def step_noise_factors(name: str, sigma: float) -> np.ndarray:
     """The run's step-time multipliers ``exp(sigma z - sigma^2/2)``, ``NOISE_PERIOD`` of them
@@ -288,7 +294,7 @@ def score_corpus(scenario, corpus, model, consts: np.ndarray) -> RunMetrics:
     rm = _new(scenario)
     rm.meas = _measured(scenario)
     t, err = _step_times(model, compute_features(corpus.stats, scenario.arch_vector), consts)
-    noise = step_noise_factors(scenario.name, float(getattr(scenario, "step_noise", 0.0)))
+    noise = step_noise_factors(scenario.name, run_step_noise(scenario))
     if noise.size and t.size:  # the closed loop's factors, step for step
         t = t * noise[np.arange(t.size) % noise.size]
     try:

@@ -25,6 +25,7 @@ profile's output length for every request; the measured server's cold start (its
 Step-time noise (``Scenario.step_noise`` = sigma): every step time is multiplied by
 ``exp(sigma z - sigma^2 / 2)`` (mean one), ``z`` iid standard normal, from a stream seeded
 by the run's name (:func:`step_noise_factors`): the same inputs give the same outputs.
+None in BLIS's loop (``run_step_noise``): BLIS's ``StepTime`` is deterministic.
 Measured: sd of log(period / batch fit) 0.025-0.08 on the three runs with sampled steps,
 no autocorrelation (docs/notes/2026-12-06-tails-and-overload.md). Teacher forcing on a
 whole corpus applies the same factors step for step (``score_corpus``: it reproduces the
@@ -55,6 +56,7 @@ from evaluator.scoring.score import (
     RunMetrics,
     metrics_from_times,
     queue_delay,
+    run_step_noise,
     step_noise_factors,
 )
 from evaluator.sim.corpus import Corpus
@@ -121,7 +123,7 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
                _prompts(scenario), order, int(shared), sv.max_num_seqs, sv.max_batched_tokens,
                sv.block_size, sv.kv_blocks, bool(record_members),
                bool(scenario.async_scheduling), scenario.loop == "blis",
-               step_noise_factors(scenario.name, float(scenario.step_noise)),
+               step_noise_factors(scenario.name, run_step_noise(scenario)),
                float(scenario.host_us_per_open)))
     n_steps = int(out.n_steps)
     sel = out.admit >= 0

@@ -385,3 +385,20 @@ def load_fitted(args: argparse.Namespace
             "loop", "vllm"))
         program = parse_stored(rows[0].source, pid, f"archive {args.archive}")
         return program, evals[-1].constants, pid[:12], loop
+
+
+def fitted_run_setting(args: argparse.Namespace, section: str, key: str, before: Any) -> Any:
+    """A setting of the run whose constants :func:`load_fitted` read (``before``: the value a
+    run stored before the key existed), or None for a program file: so ``validate``
+    simulates a pick as its run fitted it (e.g. ``run.step_noise``)."""
+    path = program_file(args.program) or Path(args.program)
+    if path.suffix == ".py" or path.exists():
+        return None
+    from evolve.archive.store import Archive
+
+    with Archive(args.archive, create=False) as ar:
+        pid = ar.resolve_id(args.program, getattr(args, "run", None))
+        runs = [e.run_id for e in ar.evaluations_of(pid) if e.status == "accepted"
+                and e.constants and (args.run is None or e.run_id == args.run)]
+        config = (ar.run(runs[-1]).config or {}) if runs else {}
+    return (config.get(section) or {}).get(key, before)

@@ -26,6 +26,7 @@ from evolve.program.codegen import step_model
 from evolve.text.words import LOOP_NAMES
 from evolve.workflows.targets import (
     add_simulator_flags,
+    fitted_run_setting,
     infer_scope,
     load_fitted,
     note_roofline_kernels,
@@ -54,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="constant scope (default: inferred from the constant groups)")
     parser.add_argument("--step-noise", type=float, metavar="SIGMA",
                         help="sd of log of the simulator's seeded step-time noise (default: "
-                             "run.step_noise's default; 0 = none)")
+                             "as the program's run simulated, 0 for runs stored before the "
+                             "setting; run.step_noise's default for a file; 0 = none)")
     parser.add_argument("--host-us-per-open", type=float, default=0.0, metavar="US",
                         help="what-if: add US µs of host time to every step per open request "
                              "(arrived, neither finished nor timed out); 7.6 is what the "
@@ -87,11 +89,15 @@ def run(args: argparse.Namespace) -> int:
     args.out = args.out or "runs/validate"
     if not args.no_plots:  # an unwritable --out is found now, not after the simulations
         output_dir(args.out, "--out")
-    noise = RunSection().step_noise if args.step_noise is None else args.step_noise
-    for flag, value in (("--step-noise", noise), ("--host-us-per-open", args.host_us_per_open)):
-        if not (value >= 0 and value < float("inf")):
+    for flag, value in (("--step-noise", args.step_noise),
+                        ("--host-us-per-open", args.host_us_per_open)):
+        if value is not None and not (value >= 0 and value < float("inf")):
             raise UserError(f"{flag}: must be a finite number >= 0 (got {value:g})")
     program, groups, label, fitted_loop = load_fitted(args)
+    noise = args.step_noise
+    if noise is None:  # as the pick's run simulated (0 for runs stored before the key)
+        stored = fitted_run_setting(args, "run", "step_noise", 0.0)
+        noise = RunSection().step_noise if stored is None else float(stored)
     ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args, fitted_loop),
                                           step_noise=noise,
                                           host_us_per_open=args.host_us_per_open))

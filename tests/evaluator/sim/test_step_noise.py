@@ -56,3 +56,14 @@ def test_host_cost_per_open_request(data_path):
     assert what_if.n_steps == base.n_steps
     assert what_if.end_us[0] == pytest.approx(1000.0 + 10 * 5.0)
     assert what_if.end_us[-1] == pytest.approx(base.end_us[-1] + base.n_steps * 10 * 5.0)
+
+
+def test_blis_loop_has_no_noise(data_path):
+    """BLIS calls StepTime deterministically: its loop is simulated (and teacher forced)
+    without noise whatever the run's sigma, so an export is judged as BLIS will run it."""
+    sc = replace(_busy(data_path), loop="blis")
+    quiet = simulate(sc, CONST, np.array([1000.0]))
+    noisy = simulate(replace(sc, step_noise=0.2), CONST, np.array([1000.0]))
+    assert np.array_equal(quiet.corpus.end_us, noisy.corpus.end_us)
+    tf = score_corpus(replace(sc, step_noise=0.2), quiet.corpus, CONST, np.array([1000.0]))
+    assert tf.pred["e2e_mean"] == pytest.approx(quiet.metrics.pred["e2e_mean"], rel=1e-9)
