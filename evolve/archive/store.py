@@ -350,6 +350,14 @@ class Archive:
                 LLMCall.run_id == run_id)).one()
         return int(tok), float(cost)
 
+    def replayed_llm_tokens(self, run_id: int) -> list[tuple[int, int]]:
+        """(prompt, completion) tokens of the run's replayed (cached) LLM calls, which are
+        stored at no cost: a resume prices them again to count them against the budget."""
+        with self._session() as s:
+            rows = s.execute(select(LLMCall.prompt_tokens, LLMCall.completion_tokens).where(
+                LLMCall.run_id == run_id, LLMCall.cached == 1)).all()
+        return [(int(p), int(c)) for p, c in rows]
+
     def llm_fallback_generation(self, run_id: int) -> int | None:
         """The first generation whose LLM calls *all* failed at the endpoint (unreachable
         or rejected): where an LLM run with ``on_failure = "offline"`` switched to the

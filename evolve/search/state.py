@@ -186,6 +186,9 @@ def load_state(archive: Archive, run_id: int, grid: Grid, cfg: Config,
             if ev.kind == "child" and ev.status == "rejected" and first:
                 st.note_rejection(first[0], ev.reason or "")
     st.llm_tokens, st.llm_cost = archive.llm_usage(run_id)
+    # replayed calls are stored at no cost but counted at their price (LoopState.llm_rows):
+    # the run's own prices give it again, so a resumed run stops at the same budget
+    st.llm_cost += sum(cfg.llm.cost_usd(p, c) for p, c in archive.replayed_llm_tokens(run_id))
     return st
 
 

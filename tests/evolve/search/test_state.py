@@ -275,9 +275,11 @@ def test_resume_rebuilds_the_state_the_loop_carried(tmp_path, monkeypatch):
 
 
 def _one_generation(tmp_path, *, corpus=True, loss_in_grid=None, corpus_program=None,
-                    llm_calls=()):
+                    llm_calls=(), prices=None):
     """A committed generation 0, hand-made: one seed, its fit, its grid cell, its corpus."""
     cfg = config()
+    if prices:
+        cfg.llm.model, cfg.llm.prices = "m", prices
     archive = Archive(tmp_path / "a.db")
     run_id = archive.create_run(cfg.run.seed, cfg.stored_dict(), SPLITS, None)
     b = books(cfg, run_id=run_id)
@@ -331,16 +333,14 @@ def test_resume_refuses_a_corpus_made_by_an_unknown_program(tmp_path):
         load_state(archive, run_id, b.new_grid(), b.cfg, parse_program)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: LoopState.llm_rows counts a cached (replayed) LLM call at its recorded price "
-    "(recorded_cost_usd), but the llm_calls row stores cost_usd = 0 and load_state rebuilds "
-    "llm_cost from the stored cost_usd, so after --resume the cost budget "
-    "(llm.max_cost_usd) has forgotten the replayed calls and an interrupted run can stop "
-    "later than an uninterrupted one"))
 def test_resume_counts_replayed_llm_calls_at_their_recorded_price(tmp_path):
+    """A replayed (cached) call is stored at no cost but counted at its price while the run
+    goes on; a resume prices it again from the run's prices (found: it once forgot it, so
+    an interrupted run could pass llm.max_cost_usd)."""
     cached = {"prompt_tokens": 100, "completion_tokens": 20, "cost_usd": 0.0, "cached": True,
-              "recorded_cost_usd": 0.5, "status": "ok"}
-    archive, run_id, b = _one_generation(tmp_path, llm_calls=[cached])
+              "recorded_cost_usd": 0.5, "status": "ok"}  # 100 * 1000 + 20 * 20000, per 1M
+    archive, run_id, b = _one_generation(tmp_path, llm_calls=[cached],
+                                         prices={"m": (1000.0, 20000.0)})
     assert b.state.llm_cost == 0.5  # what the uninterrupted run carries
     loaded = load_state(archive, run_id, b.new_grid(), b.cfg, parse_program)
     assert loaded.llm_tokens == b.state.llm_tokens
