@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from evolve.text.numbers import num, pct
+from evolve.text.numbers import num, pct, percent
 
-__all__ = ["ID_LEN", "num", "pct", "print_json", "short", "table"]
+__all__ = ["ID_LEN", "num", "pct", "percent", "print_json", "short", "table"]
 
 ID_LEN = 12
 

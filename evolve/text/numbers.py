@@ -23,3 +23,10 @@ def num(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return "inf" if math.isinf(x) else f"{x:.{digits}f}"
+
+
+def percent(x: float, digits: int = 1, signed: bool = False) -> str:
+    """A fraction as a percentage number, no sign of percent, no special cases (infinity
+    is ``inf``, NaN ``nan``, as Python prints them): ``evolve generalize``'s table and
+    lines, which add their own ``%`` (``signed``: the step-time sensitivity, ``+1.5``)."""
+    return f"{100 * x:{'+' if signed else ''}.{digits}f}"
