@@ -2,19 +2,20 @@
 
 Why: evolve fits step-time models to measured runs; a BLIS user wants one for *their*
 GPU, model and vLLM settings, measured with the tools they already use. SOURCE is a
-TraceV2 pair (``blis observe``; give the ``.yaml`` header, the ``.csv`` beside it is
-found) or an inference-perf output directory. What the source does not record (the
-server limits, the model's config.json, the GPU) comes from flags. Everything is
-validated before anything is written (one line naming file, row and field; exit 2), and
-the experiment appears atomically beside those already in DATA_DIR, which every command
-then reads with ``--data DATA_DIR``. docs/ingest.md has worked examples.
+TraceV2 pair (``blis observe``) or an inference-perf output directory; what the source does
+not record comes from flags. The work (read and check everything, then write the
+experiment atomically beside those already in DATA_DIR) is
+:func:`evolve.workflows.ingest.ingest`; this module checks the flags and prints what was
+written. Every command then reads it with ``--data DATA_DIR``; docs/ingest.md has worked
+examples.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
-from pathlib import Path
+
+from evolve.errors import UserError
+from evolve.workflows.ingest import IngestOptions, ingest
 
 HELP = "turn a measured run (BLIS TraceV2 or inference-perf) into an experiment directory"
 
@@ -57,75 +58,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace an experiment of the same name")
 
 
-def _trace_paths(args: argparse.Namespace) -> tuple[Path, Path]:
-    src = Path(args.source)
-    if src.suffix == ".csv":
-        return Path(args.trace_data or src).with_suffix(".yaml"), Path(args.trace_data or src)
-    return src, Path(args.trace_data) if args.trace_data else src.with_suffix(".csv")
-
-
-def _stop(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwinds through write_experiment's cleanup
-
-
 def run(args: argparse.Namespace) -> int:
-    from evaluator.api import (
-        ServerFlags,
-        from_inference_perf,
-        from_tracev2,
-        parse_stages,
-        write_experiment,
-    )
-    from evolve.errors import UserError
-    from evolve.workflows.targets import output_dir
-
-    flags = ServerFlags(tp=args.tp, max_num_seqs=args.max_num_seqs,
-                        max_batched_tokens=args.max_num_batched_tokens,
-                        kv_blocks=args.kv_blocks, block_size=args.block_size,
-                        max_model_len=args.max_model_len)
     for flag, val in (("--name", args.name), ("--stages", args.stages),
                       ("--workload", args.workload), ("--model-id", args.model_id),
                       ("--model-short", args.model_short)):
         if val is not None and not val.strip():  # an unset shell variable, most likely
             raise UserError(f"{flag}: empty (leave it out for the default)")
-    stages = parse_stages(args.stages) if args.stages else None
-    common = {"hardware": args.hardware, "flags": flags, "name": args.name,
-              "workload": args.workload, "model_id": args.model_id,
-              "model_short": args.model_short, "stages": stages}
-    src = Path(args.source)
-    if src.is_dir():
-        if args.trace_data or args.ignore_prefix_groups:
-            raise UserError("--trace-data and --ignore-prefix-groups apply to TraceV2 sources")
-        spec = from_inference_perf(src, model=args.model, split=args.split,
-                                   data_root=Path(args.out), **common)
-    elif src.suffix in (".yaml", ".yml", ".csv"):
-        if args.model is None:
-            raise UserError("--model: required for a TraceV2 source (the model's config.json)")
-        header, data = _trace_paths(args)
-        spec = from_tracev2(header, data, model=args.model, split=args.split or "train",
-                            ignore_prefix=args.ignore_prefix_groups, **common)
-    elif not src.exists():
-        raise UserError(f"{src}: no such file or directory")
-    else:
-        raise UserError(f"{src}: not a TraceV2 .yaml/.csv nor an inference-perf directory")
-    out = Path(args.out)
-    made = [p for p in (out, *out.parents) if not p.exists()]  # what this ingest creates
-    old = signal.signal(signal.SIGTERM, _stop)  # `kill`: clean up as Ctrl-C does
-    try:
-        output_dir(args.out, "--out")  # after the source is read: a refused one writes nothing
-        path = write_experiment(args.out, spec, replace_existing=args.replace)
-    except BaseException:
-        for p in made:  # innermost first; only what is still empty
-            if p.is_dir() and not any(p.iterdir()):
-                p.rmdir()
-        raise
-    finally:
-        if old is not None:  # None: installed from C, and signal() cannot put that back
-            signal.signal(signal.SIGTERM, old)
+    server = {"tp": args.tp, "max_num_seqs": args.max_num_seqs,
+              "max_batched_tokens": args.max_num_batched_tokens, "kv_blocks": args.kv_blocks,
+              "block_size": args.block_size, "max_model_len": args.max_model_len}
+    done = ingest(IngestOptions(
+        args.source, args.out, args.hardware, args.model, args.name, args.split,
+        args.trace_data, server, args.stages, args.workload, args.model_id, args.model_short,
+        args.ignore_prefix_groups, args.replace))
+    spec = done.spec
     n, failed = len(spec.status), sum(s != "ok" for s in spec.status)
     sv = spec.server
     stage_txt = ", ".join(f"{s.rate:g} rps x {s.duration_s:g} s" for s in spec.stages)
-    print(f"wrote {path}")
+    print(f"wrote {done.path}")
     print(f"  {n} requests ({failed} failed), {spec.model_id} as '{spec.model_short}', "
           f"TP {sv.tp}, GPU {spec.hardware.get('name', '?')}, split {spec.split}")
     print(f"  max_num_seqs {sv.max_num_seqs}, max_num_batched_tokens {sv.max_batched_tokens}, "
