@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from evolve.text.numbers import num, pct, percent
+from evolve.text.tables import table
 
 __all__ = ["ID_LEN", "num", "pct", "percent", "print_json", "short", "table"]
 
@@ -22,26 +22,6 @@ ID_LEN = 12
 
 def short(pid: str | None) -> str:
     return (pid or "-")[:ID_LEN]
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
-          right: Sequence[int] = (), strip: bool = True) -> str:
-    """A plain aligned text table; columns whose index is in ``right`` align right. Cells
-    are shown ``printable`` (a run status or operator name read from an archive may hold
-    a terminal escape: it is shown, never sent). ``strip=False`` keeps the trailing
-    spaces of a row whose last cells are blank (``evolve fit``'s tables always had them)."""
-    from evolve.text.untrusted import printable
-
-    cells = [[printable(h) for h in headers]] + [[printable(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r: list[str]) -> str:
-        text = "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        return text.rstrip() if strip else text
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
 
 
 def _jsonable(obj: Any) -> Any:
