@@ -59,7 +59,8 @@ NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ra
 # run keys stored only when set off their default, so runs that do not use them store the
 # configuration (and archive digest) they stored before the key existed
 RUN_STORED_WHEN_SET: dict[str, Any] = {"loop": "vllm"}
-ENGINE_LOOPS = ("vllm", "blis")  # evaluator.api.LOOPS (tests/evolve/config/test_config.py keeps them equal)
+# evaluator.api.LOOPS (tests/evolve/config/test_config.py keeps them equal)
+ENGINE_LOOPS = ("vllm", "blis")
 # [llm] keys added after archives existed (issue 16): stored only when set, so a run that
 # does not use them stores the same configuration (and archive digest) as before.
 LLM_STORED_WHEN_SET: dict[str, Any] = {"constrain": "off", "prompt_profile": "auto",
