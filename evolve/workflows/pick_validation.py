@@ -46,7 +46,7 @@ def validate_pick(archive: str | Path, run_id: int | None, data: str | None,
     ev = on_all_cores(Evaluator.from_data(
         data, prompt_cache=bool(cfg.get("prompt_cache", True)),
         async_scheduling=bool(cfg.get("async_scheduling", True)),
-        loop=str(cfg.get("loop", "vllm"))))
+        loop=str(cfg.get("loop", "vllm")), step_noise=float(cfg.get("step_noise", 0.0))))
     scope = infer_scope(groups, ev.scenarios)
     val = v.validate(ev, step_model(program), const_map(program, groups, ev.scenarios, scope),
                      None, progress=progress)

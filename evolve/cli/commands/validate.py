@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-noise", type=float, metavar="SIGMA",
                         help="sd of log of the simulator's seeded step-time noise (default: "
                              "as the program's run simulated, 0 for runs stored before the "
-                             "setting; run.step_noise's default for a file; 0 = none)")
+                             "setting; none for a program file, as fit and generalize)")
     parser.add_argument("--host-us-per-open", type=float, default=0.0, metavar="US",
                         help="what-if: add US µs of host time to every step per open request "
                              "(arrived, neither finished nor timed out); 7.6 is what the "
@@ -68,7 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evaluator.api import Evaluator
-    from evolve.config.schema import RunSection
     from evolve.errors import UserError
     from evolve.fitting import const_map
     from evolve.workflows.validation import (
@@ -95,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{flag}: must be a finite number >= 0 (got {value:g})")
     program, groups, label, fitted_loop = load_fitted(args)
     noise = args.step_noise
-    if noise is None:  # as the pick's run simulated (0 for runs stored before the key)
-        stored = fitted_run_setting(args, "run", "step_noise", 0.0)
-        noise = RunSection().step_noise if stored is None else float(stored)
+    if noise is None:  # as the pick's run simulated (0 for runs stored before the key);
+        stored = fitted_run_setting(args, "run", "step_noise", 0.0)  # a file: none, as fit
+        noise = 0.0 if stored is None else float(stored)  # and generalize simulate
     ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args, fitted_loop),
                                           step_noise=noise,
                                           host_us_per_open=args.host_us_per_open))
