@@ -269,6 +269,7 @@ def test_export_trace_of_a_blank_experiment(tmp_path, capsys):
     assert "EXPERIMENT: blank; name an experiment" in _one_line(capsys)
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_calibrate_refuses_a_program_without_a_finite_step_time(data_path, tmp_path, capsys):
     """It wrote its constants, NaN predictions and the export command, exit 0."""

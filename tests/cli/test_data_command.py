@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from evaluator.api import load_scenarios
 from evolve.cli.main import main
@@ -12,6 +13,7 @@ from evolve.cli.main import main
 BURST = "20260217-202857-llama-2-70b-tp4-general"  # 845-880 s: a burst queues at the cap
 
 
+@pytest.mark.slow
 def test_each_stage_slice_is_compared_with_its_stage(capsys, data_path):
     """The ratio is the slice's measured mean TTFT (the scored window mid-stage, 840-960 s
     of the 20 req/s stage for 120 s slices) over the stage's, recomputed here from the

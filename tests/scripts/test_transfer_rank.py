@@ -44,6 +44,7 @@ def _run(*args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_proxies_are_ranked_against_the_cached_real_lomo(tmp_path):
     seeds = tmp_path / "seeds"

@@ -176,6 +176,7 @@ def test_prefill_per_request_as_the_engine_measured(all_scenarios, name):
     assert per_req["system"] > 400
 
 
+@pytest.mark.slow
 def test_the_loader_and_the_commands_switch_prompt_caching(data_path, capsys):
     from evaluator.api import load_scenarios
     from evolve.cli.main import main

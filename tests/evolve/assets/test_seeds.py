@@ -250,6 +250,7 @@ def test_fit_saves_constants_that_export_go_reads(tmp_path, capsys, data_path):
     assert "--save-constants" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_rule_for_an_unmeasured_model_fits_and_exports_by_seed_name(tmp_path, capsys,
                                                                       data_path):
     """docs/selection.md's rule: `evolve fit layered --scope global ... --save-constants`,
@@ -269,6 +270,7 @@ def test_rule_for_an_unmeasured_model_fits_and_exports_by_seed_name(tmp_path, ca
     assert main(["export-go", "no_such_seed_or_id"]) != 0  # neither a seed nor an archive
 
 
+@pytest.mark.slow
 def test_fit_command_fits_physical_constants(capsys, data_path, tmp_path):
     """`evolve fit` carries the search's physics penalty: a seed started from constants
     that price context below the measured kernels is fitted to ones that pass the checks."""

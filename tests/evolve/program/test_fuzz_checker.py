@@ -24,6 +24,7 @@ import types
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -193,6 +194,7 @@ def _check(text: str) -> None:
     assert out.shape == (8,)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(ast_programs())
 def test_random_ast_programs(text):
@@ -205,6 +207,7 @@ def test_token_soup(text):
     _check(text)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(mutated_seeds())
 def test_mutated_seed_programs(text):
@@ -246,6 +249,7 @@ def _acceptance(strategy: st.SearchStrategy[str]) -> tuple[int, int]:
     return seen["all"], seen["accepted"]
 
 
+@pytest.mark.slow
 def test_the_generators_reach_the_compiler():
     """The properties above bite only on programs the checker accepts: generators that
     drifted into producing rejects alone would pass them all without compiling anything.

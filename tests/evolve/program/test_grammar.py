@@ -114,6 +114,7 @@ def test_gbnf_renderings_load_in_llama_cpp():
         llama_cpp.LlamaGrammar.from_string(text, verbose=False)
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_every_archived_program_of_a_short_run_parses(tmp_path):
     from evolve.archive import Archive

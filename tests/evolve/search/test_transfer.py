@@ -130,6 +130,7 @@ transfer_margin = 0.0
 """
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_a_run_that_prices_transfer_shows_and_replays_it(tmp_path):
     (tmp_path / "t.toml").write_text(CONFIG)

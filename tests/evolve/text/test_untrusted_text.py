@@ -65,6 +65,7 @@ def test_corrupt_cassette_message_reads_well(tmp_path):
     assert " at at " not in str(info.value) and ":1:" in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_gets_no_traceback(data_path):
     # the reader is gone before evolve writes a byte (as with `| true`)
     proc = subprocess.Popen([sys.executable, "-m", "evolve.cli.main", "data", "--data",

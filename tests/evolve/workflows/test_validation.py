@@ -41,6 +41,7 @@ def test_decode_drift_windows_by_admission_time():
     assert rows[0]["measured_ms"] == pytest.approx(30.0)
 
 
+@pytest.mark.slow
 def test_validate_reports_the_drift_of_the_overloaded_validate_run(capsys, data_path):
     code = main(["validate", "layered", "--data", str(data_path), "--split", "validate",
                  "--json", "--no-plots"])
@@ -71,6 +72,7 @@ def test_validate_reports_the_drift_of_the_overloaded_validate_run(capsys, data_
     assert out["envelope"] == {n: None for n in out["runs"]}
 
 
+@pytest.mark.slow
 def test_an_overloaded_run_answers_with_failures_not_mean_e2e(capsys, data_path):
     """BLIS's published coefficients overload Mixtral `reasoning`: the completed requests'
     mean E2E is capped by the client timeout and hardly moves with the step time, while
@@ -132,6 +134,7 @@ def test_envelope_is_the_reach_past_the_models_training_runs():
     assert "a-train" not in line and "b-train" not in line
 
 
+@pytest.mark.slow
 def test_validate_writes_the_four_plots(tmp_path, data_path, capsys):
     out = tmp_path / "val"
     assert main(["validate", "layered", "--data", str(data_path), "--split", "validate",
@@ -147,6 +150,7 @@ def test_validate_writes_the_four_plots(tmp_path, data_path, capsys):
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
+@pytest.mark.slow
 def test_plots_at_a_forced_scope_are_not_the_runs_own(tmp_path, data_path, capsys):
     """Found in review: `--scope global` on pooled constants simulated other constants per
     run, yet plots.json carried the run's digest and the report showed them unwarned."""

@@ -299,6 +299,7 @@ def test_llm_check_prints_no_negative_tokens(serve, capsys):
 
 # -- B5: an LLM that never answers with a program is reported (the loop says it) -----------
 
+@pytest.mark.slow
 def test_a_run_whose_llm_answers_nothing_says_so(serve, tmp_path, capsys, data_path):
     server = serve(lambda r, n: Reply(content=""), lifetime_s=300)
     assert main(["run", "--llm", "test-model", "--llm-base-url", server.base_url,

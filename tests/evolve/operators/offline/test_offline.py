@@ -78,6 +78,7 @@ def test_seeds_are_valid_programs() -> None:
         parse_program(s)
 
 
+@pytest.mark.slow
 def test_500_mutations_deterministic_valid_and_diverse() -> None:
     op = OfflineOperator()
     a = _evolve(op, 11, 500)
