@@ -74,6 +74,7 @@ def export(opts: ExportOptions, say: Say) -> GoExport:
     if scope == "per_scenario" and len(chosen) > 1:
         raise UserError("per_scenario constants: pick one scenario with --model NAME "
                         f"({', '.join(sorted(consts))})")
+    _require_runs_to_refit(opts, chosen, scope, fitted)
     exp = _for_loop(opts, prog, consts, scope, stored, fitted, say)
     notes: list[str] = []
     if exp is not None:
@@ -264,6 +265,28 @@ def _kernels(prog: Any, data: str | None, infos: dict, say: Say) -> dict:
             "directory has no kernel tables; the Go file uses the roofline fallback")
     return {m: ((*aliases, *(infos[m].aliases if m in infos else ())), block)
             for m, (aliases, block) in found.items()}
+
+
+def _require_runs_to_refit(opts: ExportOptions, chosen: list[str], scope: str,
+                           fitted: str | None) -> None:
+    """A refit prices each exported group on its measured runs: a data directory without a
+    group's runs is refused before the refit, naming the groups and the ways out."""
+    from evaluator.api import DataError
+
+    if opts.no_refit or fitted is None or fitted == opts.loop:
+        return
+    try:
+        names = model_names(opts.data)
+    except DataError:
+        return  # _for_loop says what is wrong with the data directory
+    have = ({n for n in names} if scope == "per_scenario"
+            else {v["model"].lower() for v in names.values()})
+    missing = [g for g in chosen if g != "global" and g.lower() not in have]
+    if missing and names:
+        raise UserError(f"{opts.data or 'the data directory'}: no measured run of "
+                        f"{', '.join(missing)}, whose constants the refit for {opts.loop}'s "
+                        "engine loop needs; pass a data directory with them, --model NAME "
+                        "for the others, or --no-refit")
 
 
 def _for_loop(opts: ExportOptions, prog: Any, consts: dict, scope: str,

@@ -3,6 +3,8 @@ groups a --model or --alias names, and the scores' header lines."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from evolve.errors import UserError
@@ -45,3 +47,22 @@ def test_summary_says_how_each_split_was_scored():
                "b": {"split": "train", "ape": {"e2e_mean": 0.3, "ttft_mean": 0.4}}}
     assert _summary(metrics) == {"Scores (train, 2 runs and slices, closed loop and teacher "
                                  "forced)": "mean APE E2E 20.00 %, TTFT 30.00 %"}
+
+
+def test_a_refit_without_a_groups_runs_is_refused_before_it_starts(tmp_path, data_path):
+    """Constants for two models, a data directory with the runs of one: the refit for
+    BLIS's loop cannot price the other, so the export says so (it once crashed with a
+    KeyError after the refit's minutes) and names the ways out."""
+    part = tmp_path / "data"
+    (part / "experiments").mkdir(parents=True)
+    for d in ("hardware", "kernels", "models"):
+        (part / d).symlink_to((data_path / d).resolve())
+    for e in (data_path / "experiments").glob("*llama-2-7b-tp1*"):
+        (part / "experiments" / e.name).symlink_to(e.resolve())
+    c = {"b0_us": 8000.0, "prefill_us": 20.0, "decode_us": 50.0}
+    opts = ExportOptions(str(SEEDS_DIR / "linear.py"), True, data=str(part),
+                         constants=json.dumps({"llama-2-7b": c, "codellama-34b": c}),
+                         fitted_loop="vllm")
+    with pytest.raises(UserError, match=r"no measured run of codellama-34b, whose constants "
+                                        r"the refit .* --model NAME .* or --no-refit"):
+        export(opts, lambda _m: None)
