@@ -25,6 +25,7 @@ SCENARIOS = ["20260217-155451-llama-2-7b-tp1-codegen",      # train
 CONFIG = f"""
 [run]
 seed = 2  # its 4 generations adopt a corpus refresh and rescore (the fixture checks)
+step_noise = 0.0  # ... without step noise (with it, seed 2 adopts none)
 generations = 4
 head_seconds = 20.0
 scenarios = {json.dumps(SCENARIOS)}
