@@ -298,9 +298,9 @@ def read_constants(spec: str, program: Program, flag: str = "--constants",
     return out
 
 
-def scope_of(args: argparse.Namespace, groups: dict[str, Any], scenarios: Any,
-             default: str) -> str:
-    """The scope a command simulates ``groups`` in (``--scope``, else inferred, else
+def scope_of(args: Any, groups: dict[str, Any], scenarios: Any, default: str) -> str:
+    """The scope a command simulates ``groups`` in (``args``: its flags or a workflow's
+    options, with ``scope`` and ``constants``; ``--scope``, else inferred, else
     ``default``), after refusing a constants file that names nothing in the data and
     saying which runs get no fitted constants."""
     import sys

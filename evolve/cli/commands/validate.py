@@ -22,18 +22,19 @@ import sys
 from pathlib import Path
 
 from evolve.cli.output import table
-from evolve.program.codegen import step_model
-from evolve.text.words import LOOP_NAMES
+from evolve.errors import UserError
 from evolve.workflows.targets import (
     add_simulator_flags,
     fitted_run_setting,
-    infer_scope,
     load_fitted,
-    note_roofline_kernels,
-    on_all_cores,
     output_dir,
-    scope_of,
     simulator_options,
+)
+from evolve.workflows.validate_program import (
+    ProgramValidation,
+    ValidateOptions,
+    validate_program,
+    write_plots,
 )
 
 HELP = "closed-loop validation of a program against every measured run"
@@ -67,22 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluator.api import Evaluator
-    from evolve.errors import UserError
-    from evolve.fitting import const_map
-    from evolve.workflows.validation import (
-        context_lines,
-        drift_lines,
-        envelope_lines,
-        percentile_counts,
-        plot,
-        sensitivity_lines,
-        summary_lines,
-        table_headers,
-        table_rows,
-        validate,
-    )
-
     if args.no_plots and args.out is not None:
         raise UserError("--out holds only the plots, and --no-plots skips them: give one")
     args.out = args.out or "runs/validate"
@@ -97,53 +82,45 @@ def run(args: argparse.Namespace) -> int:
     if noise is None:  # as the pick's run simulated (0 for runs stored before the key);
         stored = fitted_run_setting(args, "run", "step_noise", 0.0)  # a file: none, as fit
         noise = 0.0 if stored is None else float(stored)  # and generalize simulate
-    ev = on_all_cores(Evaluator.from_data(args.data, **simulator_options(args, fitted_loop),
-                                          step_noise=noise,
-                                          host_us_per_open=args.host_us_per_open))
-    note_roofline_kernels(program, ev.scenarios)
-    names = ev.names(None if args.split == "all" else args.split)
-    if not names:  # validate() reads no names as "every run"
-        raise UserError(f"--split {args.split}: no {args.split} runs in the data directory")
-    scope = scope_of(args, groups, ev.scenarios, "global")
-    # a --scope other than the groups' own simulates other constants per run: the report
-    # must not take these plots for the run's (found in review)
-    natural = infer_scope(groups, ev.scenarios) if groups else "global"
-    simulated = groups if scope == natural else {"groups": groups, "scope": scope}
-    consts = const_map(program, groups, ev.scenarios, scope)
-    loop = ev.scenarios[0].loop
-    print(f"validating {label} (scope {scope}) closed loop on {len(names)} runs, in "
-          f"{LOOP_NAMES[loop]}...", file=sys.stderr)
-    val = validate(ev, step_model(program), consts, names,
-                   progress=lambda n: print(f"  simulated {n}", file=sys.stderr))
+    opts = ValidateOptions(args.split, args.scope, args.constants, args.data,
+                           dict(simulator_options(args, fitted_loop)), noise,
+                           args.host_us_per_open)
+    done = validate_program(program, groups, label, opts,
+                            lambda msg: print(msg, file=sys.stderr))
     if args.json:
-        out = {n: m.to_dict() for n, m in val.metrics.items()}
-        json.dump({"program": program.id, "scope": scope, "loop": loop, "runs": out,
-                   "admission_drift": val.drift, "context_price": val.context_price,
-                   "sensitivity": val.sensitivity, "envelope": val.envelope,
-                   "step_noise": noise, "host_us_per_open": args.host_us_per_open,
-                   "percentiles_within_10pct": percentile_counts(val.metrics)},
-                  sys.stdout, indent=1, sort_keys=True)
+        json.dump(done.as_dict(), sys.stdout, indent=1, sort_keys=True)
         print()
     else:
-        print(f"program {program.id[:12]} (complexity {program.complexity}, scope {scope}); "
-              "closed loop; times in s; decode interval = (E2E - TTFT) / (output tokens - 1)")
-        if loop == "blis":
-            print("engine loop: BLIS's at the pinned commit (what the exported model gives "
-                  "inside BLIS; TTFT includes output_token_us, as BLIS's does)")
-        if noise or args.host_us_per_open:
-            print(f"step-time noise sd(log) {noise:g}; what-if host time "
-                  f"{args.host_us_per_open:g} us per open request per step")
-        heads = table_headers()
-        print(table(heads, table_rows(val.metrics), right=range(2, len(heads) - 1)))
-        for line in [*summary_lines(val.metrics), *drift_lines(val), *context_lines(val),
-                     *sensitivity_lines(val), *envelope_lines(val)]:
-            print(line)
+        _render(done)
     if not args.no_plots:
-        for p in plot(val, Path(args.out), label):
+        for p in write_plots(done, Path(args.out)):
             print(f"wrote {p}", file=sys.stderr)
-        from evolve.report.validation import PLOTS_OF, constants_digest  # for `report`
-
-        (Path(args.out) / PLOTS_OF).write_text(json.dumps(
-            {"program": program.id, "constants": constants_digest(simulated), "label": label,
-             "scope": scope, "runs": sorted(names)}, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+def _render(done: ProgramValidation) -> None:
+    from evolve.workflows.validation import (
+        context_lines,
+        drift_lines,
+        envelope_lines,
+        sensitivity_lines,
+        summary_lines,
+        table_headers,
+        table_rows,
+    )
+
+    val = done.validation
+    print(f"program {done.program.id[:12]} (complexity {done.program.complexity}, scope "
+          f"{done.scope}); closed loop; times in s; decode interval = (E2E - TTFT) / "
+          "(output tokens - 1)")
+    if done.loop == "blis":
+        print("engine loop: BLIS's at the pinned commit (what the exported model gives "
+              "inside BLIS; TTFT includes output_token_us, as BLIS's does)")
+    if done.step_noise or done.host_us_per_open:
+        print(f"step-time noise sd(log) {done.step_noise:g}; what-if host time "
+              f"{done.host_us_per_open:g} us per open request per step")
+    heads = table_headers()
+    print(table(heads, table_rows(val.metrics), right=range(2, len(heads) - 1)))
+    for line in [*summary_lines(val.metrics), *drift_lines(val), *context_lines(val),
+                 *sensitivity_lines(val), *envelope_lines(val)]:
+        print(line)
