@@ -3,9 +3,8 @@
 Why: a generation is committed to the archive only when it is complete, and one can take
 minutes (generation 0: every seed fitted and refitted closed loop) or cost money (LLM
 replies). A kill used to lose all of it. Now each finished job's result is written to the
-archive's ``journal`` table (:mod:`evolve.archive.process_tables`) at once, keyed by a content hash
-of
-the job, and ``--resume`` serves a job found there instead of computing it again.
+archive's ``journal`` table (:mod:`evolve.archive.process_tables`) at once, keyed by a
+content hash of the job, and ``--resume`` serves a job found there instead of computing it again.
 
 Why the archive stays byte-identical to an uninterrupted run: a job is a pure function of
 its key's content (the run is fixed; the key holds the kind of job, its arguments and the
@@ -36,7 +35,9 @@ from evolve.search.execution.executors import Executor, Result
 from evolve.search.execution.pool import Job
 from evolve.search.stopping import critical
 
-_SAFE = {("evolve.search.context", "Scored"), ("numpy", "dtype"), ("numpy", "ndarray"),
+_SAFE = {("evolve.search.context", "Scored"), ("evolve.text.words", "FitStatus"),
+         ("evolve.text.words", "Scope"), ("evolve.text.words", "Split"),
+         ("evolve.text.words", "ScoreMode"), ("numpy", "dtype"), ("numpy", "ndarray"),
          ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
          ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
          ("numpy.dtypes", "Float64DType"), ("numpy.dtypes", "Int64DType"),

@@ -56,3 +56,18 @@ def test_a_journal_entry_that_is_not_a_result_is_ignored_not_run(tmp_path, monke
         assert not flag.exists()
         ar.commit_generation(rid, 0, [])
         assert Journal(ar, rid).loaded == 0  # a committed generation's journal is dropped
+
+
+def test_results_holding_the_domain_words_are_served_back(tmp_path):
+    """A fit's status is a ``FitStatus`` (a StrEnum): the allow-list must admit the domain
+    words, or every journaled fit is silently recomputed on resume (found: it was)."""
+    from evolve.text.words import FitStatus, Scope, ScoreMode, Split
+
+    words = {"status": FitStatus.OK, "scope": Scope.POOLED, "split": Split.TRAIN,
+             "mode": ScoreMode.CLOSED_LOOP}
+    with Archive(tmp_path / "j.db") as ar:
+        rid = ar.create_run(1, {}, {}, None, lock=True)
+        ar.journal_put(rid, 0, "k", "fit", pickle.dumps(Scored({}, {"run": words}, 0.5, 3)))
+        back = Journal(ar, rid).get("k")
+    assert back is not None and back.metrics["run"] == words
+    assert type(back.metrics["run"]["status"]) is FitStatus
