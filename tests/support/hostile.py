@@ -16,10 +16,12 @@ MARKUP = ('"><img src=x onerror="document.title=\'pwned\'"><script>document.titl
 CONTROL = "\x1b[2J\x1b]0;pwned\x07\x9b31m\u202e"
 HOSTILE = MARKUP + CONTROL + "/../../../evil"
 IDS = {("programs", "id"), ("evaluations", "program_id"), ("grid_cells", "program_id"),
-       ("frontier", "program_id"), ("corpus_versions", "program_id")}
+       ("frontier", "program_id"), ("corpus_versions", "program_id"),
+       ("final_scores", "program_id")}
 KEEP = {("programs", "source"), ("runs", "config"), ("runs", "splits"),
         ("programs", "parent_ids"), ("evaluations", "constants"), ("evaluations", "metrics"),
         ("corpus_versions", "constants"), ("corpus_versions", "names"),
+        ("final_scores", "metrics"),
         ("evaluations", "status"), ("evaluations", "kind"), ("runs", "status")}
 
 

@@ -28,10 +28,12 @@ HOSTILE = MARKUP + CONTROL + "/../../../evil"
 # what a terminal would obey: C0 but newline and tab, DEL, C1, bidi overrides
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 ID_TABLES = (("programs", "id"), ("evaluations", "program_id"), ("grid_cells", "program_id"),
-             ("frontier", "program_id"), ("corpus_versions", "program_id"))
+             ("frontier", "program_id"), ("corpus_versions", "program_id"),
+             ("final_scores", "program_id"))
 JSON_COLUMNS = {("runs", "config"), ("runs", "splits"), ("programs", "parent_ids"),
                 ("evaluations", "constants"), ("evaluations", "metrics"),
-                ("corpus_versions", "constants"), ("corpus_versions", "names")}
+                ("corpus_versions", "constants"), ("corpus_versions", "names"),
+                ("final_scores", "metrics")}
 
 
 def commands(pid: str, out: Path) -> dict[str, list[str]]:

@@ -118,7 +118,9 @@ def test_frontier_to_program_page(browser, tiny_run, shots):
     assert page.locator("#source span.k").count() > 0  # highlighted
     diff = page.locator("pre.diff").first.inner_text()
     assert diff.startswith("@@") and ("\n+" in diff or "\n-" in diff)
-    assert page.locator("#runs tbody tr").count() == len(data.programs[target].metrics or {})
+    prog = data.programs[target]  # the stored rows, then the end of run's closed-loop test
+    assert page.locator("#runs tbody tr").count() == (len(prog.metrics or {})
+                                                      + len(prog.test_closed_loop or {}))
     page.screenshot(path=shots / "program.png", full_page=True)
     _not_blank(shots / "program.png")
 
