@@ -92,7 +92,7 @@ def evolve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def dump(db: Path) -> dict[str, list[tuple]]:
     """Every compared table as sorted rows, minus the columns that legitimately differ."""
     skip = {"runs": {"config", "code_version", "created_at", "finished_at"},
-            "llm_calls": {"cached", "cost_usd"}}
+            "llm_calls": {"cached", "cost_usd"}, "final_scores": {"created_at"}}
     out: dict[str, list[tuple]] = {}
     with sqlite3.connect(db) as con:
         tables = [r[0] for r in con.execute(

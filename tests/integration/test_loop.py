@@ -113,7 +113,8 @@ def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
 
     with LLMServer(responder, lifetime_s=170) as server:
         summary, tables = run_tiny(
-            tmp_path / "f.db", operator__kind="llm", llm__model="test-model",
+            tmp_path / "f.db", operator__kind="llm", operator__llm_share=1.0,
+            llm__model="test-model",
             llm__base_url=server.base_url, llm__api_key_env="EVOLVE_TEST_NO_SUCH_KEY",
             llm__retries=1, llm__timeout_s=10.0, llm__max_total_tokens=500)
         served = len(server.requests)
@@ -132,6 +133,7 @@ def test_an_llm_that_never_gives_a_program_is_said_so(tmp_path):
 
     logs: list[str] = []
     cfg = tiny_config(tmp_path / "e.db", run__generations=1, operator__kind="llm",
+                      operator__llm_share=1.0,
                       llm__model="test-model", llm__api_key_env="EVOLVE_TEST_NO_SUCH_KEY",
                       llm__retries=0, llm__timeout_s=10.0)
     with LLMServer(lambda _req, _n: Reply(content=""), lifetime_s=120) as server:
