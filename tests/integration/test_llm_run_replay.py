@@ -105,6 +105,29 @@ def dump(db: Path) -> dict[str, list[tuple]]:
     return out
 
 
+def _run_config(tmp_path: Path, children: int, operator: str) -> Path:
+    """The run's TOML, with two seed programs of its own (a short generation 0)."""
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    for name in ("roofline.py", "linear.py"):
+        shutil.copy(ROOT / "seeds" / name, seeds / name)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG.format(scenarios=str(SCENARIOS).replace("'", '"'), seeds=seeds,
+                                 children=children, operator=operator))
+    return cfg
+
+
+def _assert_same_archive(rec: Path, rep: Path) -> None:
+    """Every compared table equal, and the project's own digest (scripts/archive_digest.py)
+    agrees."""
+    a, b = dump(rec), dump(rep)
+    assert a.keys() == b.keys()
+    for table in a:
+        assert a[table] == b[table], f"table {table} differs between record and replay"
+    with Archive(rec, create=False) as ra, Archive(rep, create=False) as rb:
+        assert archive_digest(ra) == archive_digest(rb)
+
+
 @pytest.fixture(scope="module")
 def data() -> Path:
     try:
@@ -116,13 +139,7 @@ def data() -> Path:
 
 @pytest.mark.real_data
 def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
-    seeds = tmp_path / "seeds"
-    seeds.mkdir()
-    for name in ("roofline.py", "linear.py"):
-        shutil.copy(ROOT / "seeds" / name, seeds / name)
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.format(scenarios=str(SCENARIOS).replace("'", '"'), seeds=seeds,
-                                 children=2, operator=LLM_ALONE))
+    cfg = _run_config(tmp_path, children=2, operator=LLM_ALONE)
     cassette = tmp_path / "llm.cassette.jsonl"
     common = ["--config", str(cfg), "--data", str(data), "--generations", str(GENERATIONS),
               "--llm", "test-model", "--cassette", str(cassette)]
@@ -142,14 +159,7 @@ def test_record_then_replay_gives_identical_archive(tmp_path: Path, data: Path):
                  "http://127.0.0.1:9/v1", "--replay", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr[-3000:]
 
-    a, b = dump(tmp_path / "rec.db"), dump(tmp_path / "rep.db")
-    assert a.keys() == b.keys()
-    for table in a:
-        assert a[table] == b[table], f"table {table} differs between record and replay"
-    # The project's own comparison (scripts/archive_digest.py) agrees: same archive.
-    with Archive(tmp_path / "rec.db", create=False) as ra, \
-            Archive(tmp_path / "rep.db", create=False) as rb:
-        assert archive_digest(ra) == archive_digest(rb)
+    _assert_same_archive(tmp_path / "rec.db", tmp_path / "rep.db")
     with sqlite3.connect(tmp_path / "rec.db") as con:
         accepted = con.execute("SELECT count(*) FROM evaluations WHERE operator LIKE 'llm:%' "
                                "AND status = 'accepted'").fetchone()[0]
@@ -175,13 +185,7 @@ def test_mixed_run_with_overlap_and_repair_replays_identically(tmp_path: Path, d
     """Issue 59: half the children from the LLM, the next generation's requests sent while
     the current one fits, repairs of rejected LLM children: recorded and replayed, the same
     archive."""
-    seeds = tmp_path / "seeds"
-    seeds.mkdir()
-    for name in ("roofline.py", "linear.py"):
-        shutil.copy(ROOT / "seeds" / name, seeds / name)
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.format(scenarios=str(SCENARIOS).replace("'", '"'), seeds=seeds,
-                                 children=4, operator=MIXED))
+    cfg = _run_config(tmp_path, children=4, operator=MIXED)
     cassette = tmp_path / "mixed.cassette.jsonl"
     common = ["--config", str(cfg), "--data", str(data), "--generations", "4",
               "--llm", "test-model", "--cassette", str(cassette)]
@@ -193,12 +197,7 @@ def test_mixed_run_with_overlap_and_repair_replays_identically(tmp_path: Path, d
     rep = evolve(*common, "--archive", str(tmp_path / "rep.db"), "--llm-base-url",
                  "http://127.0.0.1:9/v1", "--replay", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr[-3000:]
-    a, b = dump(tmp_path / "rec.db"), dump(tmp_path / "rep.db")
-    for table in a:
-        assert a[table] == b[table], f"table {table} differs between record and replay"
-    with Archive(tmp_path / "rec.db", create=False) as ra, \
-            Archive(tmp_path / "rep.db", create=False) as rb:
-        assert archive_digest(ra) == archive_digest(rb)
+    _assert_same_archive(tmp_path / "rec.db", tmp_path / "rep.db")
     with sqlite3.connect(tmp_path / "rec.db") as con:
         ops = [r[0] for r in con.execute(
             "SELECT operator FROM evaluations WHERE generation > 0 AND kind IN "
