@@ -33,6 +33,7 @@ from evaluator.data.experiment import (
 from evaluator.data.prompt_cache import prompt_period, with_prompt_cache
 from evaluator.data.run_files import limit_problem
 from evaluator.data.scenarios import LOOPS, DataError, Scenario, data_dir
+from evaluator.features.components import request_inputs
 from evaluator.features.glossary import (
     FEATURE_INDEX,
     FEATURE_NAMES,
@@ -40,6 +41,8 @@ from evaluator.features.glossary import (
     KERNEL_FEATURES,
     N_FEATURES,
     PEAK_FLOPS,
+    REQUEST_FIELD_NAMES,
+    REQUEST_FIELDS,
     STAT_INDEX,
 )
 from evaluator.features.probes import ProbeBatches, probe_batches
@@ -80,6 +83,8 @@ __all__ = [
     "N_FEATURES",
     "PEAK_FLOPS",
     "PINNED_ENV",
+    "REQUEST_FIELDS",
+    "REQUEST_FIELD_NAMES",
     "SENSITIVITY_DELTA",
     "STAT_INDEX",
     "STEADY_KEYS",
@@ -112,6 +117,7 @@ __all__ = [
     "prompt_period",
     "read_tracev2",
     "replay_command",
+    "request_inputs",
     "request_latencies",
     "run_loss",
     "scaled",

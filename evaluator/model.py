@@ -50,8 +50,10 @@ class StepModel:
     ``FEATURE_NAMES``), ``c`` the constant vector; returns ``float64[n_steps]`` in µs.
     ``scalar_fn``: a numba-compiled ``float64(float64[::1], float64[::1])`` taking one
     step's feature vector and ``c``; must equal ``vector_fn`` step for step.
-    ``queue_fn(R, c)``: ``R`` is ``float64[2, n_requests]`` (input_tokens, output_tokens);
-    returns the µs by which each request's entry to the queue is delayed (BLIS QueueingTime).
+    ``queue_fn(R, c)``: ``R`` is ``float64[N_REQUEST_FIELDS, n_requests]`` (glossary
+    ``REQUEST_FIELDS``: input_tokens, output_tokens, then the server's weight_us, layers,
+    tp, is_moe, built by ``features.components.request_inputs``); returns the µs by
+    which each request's entry to the queue is delayed (BLIS QueueingTime).
     ``post_decode_index`` / ``output_token_index``: positions in ``c`` of the constants
     ``post_decode_us`` and ``output_token_us`` (added to reported E2E only), or None.
     ``reads_kernels``: False when the model reads none of the measured-kernel features

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluator.features.glossary import FEATURES, STATS  # noqa: E402
+from evaluator.features.glossary import FEATURES, REQUEST_FIELDS, STATS  # noqa: E402
 from evolve.cli.main import COMMANDS, GROUPS, command_parser  # noqa: E402
 from evolve.config.schema import Config  # noqa: E402
 
@@ -130,8 +130,10 @@ def glossary_page() -> str:
     out = [HEADER.format(what="evaluator/features/glossary.py"), "# Glossary\n",
            "What a program may read. Per step, for request i: `t_i` tokens scheduled, `k_i` "
            "tokens already cached, `s_i` its prompt length. Features are `f.<name>`; times "
-           "are microseconds on one GPU of the TP group.\n"]
-    for title, rows in (("Features", FEATURES), ("Raw statistics", STATS)):
+           "are microseconds on one GPU of the TP group; `queueing_time` reads `r.<name>` "
+           "(a request and its server).\n"]
+    for title, rows in (("Features", FEATURES), ("Request fields (queueing_time)",
+                                                 REQUEST_FIELDS), ("Raw statistics", STATS)):
         out += [f"## {title}\n", "| name | unit | formula | source |", "|---|---|---|---|"]
         out += [f"| `{e.name}` | {_cell(e.unit)} | {_cell(e.formula)} | {_cell(e.source)} |"
                 for e in rows]

@@ -116,6 +116,28 @@ def compute_features(stats: np.ndarray, arch: np.ndarray) -> np.ndarray:
     return out
 
 
+def request_inputs(input_tokens: np.ndarray, output_tokens: np.ndarray,
+                   arch: np.ndarray) -> np.ndarray:
+    """``float64[N_REQUEST_FIELDS, n]``: what ``queueing_time`` reads of each request
+    (``glossary.REQUEST_FIELDS``), the server's rows repeated from ``arch`` (ARCH_FIELDS)."""
+    a = np.asarray(arch, dtype=np.float64)
+    layers, hidden, kv_heads, head_dim, inter, n_exp = (a[A[k]] for k in (
+        "layers", "hidden", "kv_heads", "head_dim", "intermediate", "n_experts"))
+    attn_proj = hidden * (hidden + 2.0 * kv_heads * head_dim) + hidden * hidden
+    experts = n_exp if n_exp > 1.0 else 1.0
+    wbytes = layers * (attn_proj + experts * 3.0 * hidden * inter) + hidden * a[A["vocab"]]
+    weight_us = wbytes * a[A["bytes_per_param"]] / a[A["tp"]] / (a[A["hbm_bw"]] / _US)
+    n = np.shape(input_tokens)[0]
+    out = np.empty((G.N_REQUEST_FIELDS, n), dtype=np.float64)
+    out[0] = input_tokens
+    out[1] = output_tokens
+    out[2] = weight_us
+    out[3] = layers
+    out[4] = a[A["tp"]]
+    out[5] = 1.0 if n_exp > 1.0 else 0.0
+    return out
+
+
 # Guard the positional ABI: if the glossary order changes, this fails at import.
 assert [S[n] for n in ("n_prefill", "n_decode", "prefill_tokens", "decode_tokens",
                        "pf_attn_pairs", "pf_kv_ctx", "dc_kv_sum", "kv_max",
@@ -125,3 +147,5 @@ assert [F[n] for n in ("pf_gemm", "pf_attn", "dc_gemm", "dc_attn", "weight_read"
                        "batch_size", "prefill_tokens", "decode_tokens", "kv_sum", "kv_max",
                        "layers", "tp", "is_moe", "blis_pf_attn", "k_gemm", "k_dc_attn",
                        "k_pf_attn", "k_step")] == list(range(N_FEATURES))
+assert G.REQUEST_FIELD_NAMES == ("input_tokens", "output_tokens", "weight_us", "layers", "tp",
+                                 "is_moe")

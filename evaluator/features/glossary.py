@@ -108,6 +108,23 @@ FEATURE_INDEX: dict[str, int] = {n: i for i, n in enumerate(FEATURE_NAMES)}
 KERNEL_FEATURES: frozenset[str] = frozenset(("k_gemm", "k_dc_attn", "k_pf_attn", "k_step"))
 N_FEATURES = len(FEATURES)
 
+# What ``queueing_time(r, c)`` may read as ``r.<name>``: the request, and the server it
+# arrives at. Why the server: a queueing delay that stands for engine steps (BLIS's loop
+# has no async scheduling, so measured TTFT holds about 1.75 decode steps more than BLIS
+# simulates; docs/blis.md) must scale with the step of the model it runs on, or one
+# global constant misses a model nobody measured by a third (docs/selection.md).
+REQUEST_FIELDS: tuple[Entry, ...] = (
+    Entry("input_tokens", "tokens", "prompt length (BLIS InputLen())", "request"),
+    Entry("output_tokens", "tokens", "output length (BLIS len(OutputTokens))", "request"),
+    Entry("weight_us", "us", "every weight once (all experts) * bytes_per_param / tp / hbm_bw:"
+          " the weight stream of a step on one GPU of the TP group", _HBM),
+    Entry("layers", "layers", "transformer layers (config.json num_hidden_layers)", "config"),
+    Entry("tp", "GPUs", "tensor-parallel degree", "server config"),
+    Entry("is_moe", "0/1", "1 for mixture-of-experts models", "config"),
+)
+REQUEST_FIELD_NAMES: tuple[str, ...] = tuple(e.name for e in REQUEST_FIELDS)
+N_REQUEST_FIELDS = len(REQUEST_FIELDS)
+
 # Hardware constants (H100 SXM, dense). The datasheet's 1979 TFLOP/s bf16 is the sparse
 # figure (data README trap 6); dense is half.
 PEAK_FLOPS = 989.5e12

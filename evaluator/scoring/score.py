@@ -28,6 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from evaluator.features.components import request_inputs
 from evaluator.model import step_time_problem
 
 METRIC_KEYS = ("e2e_mean", "ttft_mean", "itl_mean", "e2e_p50", "e2e_p90", "e2e_p99",
@@ -98,7 +99,7 @@ def queue_delay(scenario, model, consts: np.ndarray) -> np.ndarray:
     (truncated to whole µs in BLIS's loop, as BLIS's ``QueueingTime`` is)."""
     if model.queue_fn is None:
         return np.zeros(scenario.n_requests)
-    r = np.vstack([scenario.input_tokens, scenario.output_tokens]).astype(np.float64)
+    r = request_inputs(scenario.input_tokens, scenario.output_tokens, scenario.arch_vector)
     with np.errstate(all="ignore"):
         d = np.broadcast_to(np.asarray(model.queue_fn(r, consts), dtype=np.float64),
                             (scenario.n_requests,)).copy()

@@ -40,6 +40,7 @@ from evolve.fitting.teacher_forced import (
     GroupObjective,
     Penalised,
     fitting_names,
+    request_pairs,
 )
 from evolve.program.codegen import step_model
 from evolve.program.language import Program
@@ -123,7 +124,8 @@ def calibrate(program: Program, evaluator: Evaluator, names: Sequence[str],
         return {}, float(obj(start[None, :])[0])
     box = Box(program)
     seen = [base.F, *((probes or {})[k].features for k in models)]
-    fixed = inert_constants(program, model, seen, start, box)
+    fixed = inert_constants(program, model, seen, start, box,
+                            request_pairs(evaluator, [evaluator.by_name[n] for n in names]))
     m = minimize(obj, box, start, seed=seed, label="calibrate", max_evals=max_evals,
                  sigma0=SIGMA0, restarts=restarts, tolerances=TOLERANCES, fixed=fixed)
     return ({k: float(v) for k, v in zip(program.const_names, m.x, strict=True)},

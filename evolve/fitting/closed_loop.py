@@ -28,7 +28,7 @@ from evolve.assess.physics import PhysicsPenalty
 from evolve.fitting.bounds import Box, FitResult, group_key
 from evolve.fitting.cmaes import PENALTY, minimize
 from evolve.fitting.inert import inert_constants, names_of
-from evolve.fitting.teacher_forced import Penalised, Shrink
+from evolve.fitting.teacher_forced import Penalised, Shrink, request_pairs
 from evolve.program.codegen import step_model
 from evolve.program.language import Program
 from evolve.text.words import FitStatus, Scope
@@ -147,7 +147,8 @@ def closed_loop_fit(program: Program, ev: Evaluator, names: Sequence[str], scope
         probe_map = probes or {}
         seen += [probe_map[k].features for k in sorted(
             {ev.by_name[p].model for p in parents} & set(probe_map))]
-        fixed = inert_constants(program, model, seen, x_start, box)
+        fixed = inert_constants(program, model, seen, x_start, box, request_pairs(
+            ev, [ev.by_name[p] for p in sorted(parents)]))
         inert[g] = names_of(program, fixed)
         m = minimize(obj, box, x_start, seed=seed,
                      label=f"closed:{g}", max_evals=max_evals, sigma0=sigma0,

@@ -12,13 +12,16 @@ line with the fitting seed. Frozen, such a constant keeps its starting value (th
 declared prior, the pooled ``"global"`` value, or the constants being polished), the
 answer is the prior's by construction, and CMA-ES searches fewer dimensions.
 
-Rule: a constant is *inert* for a group when it is not read by ``queueing_time`` nor one
-of the E2E-only constants (``post_decode_us``, ``output_token_us``), and the step times
-over every feature column the fit can see (its fitting windows and the physics probes of
-its models) are bitwise identical with the constant at the low end, the middle and the
-high end of its box, the others held at each of three base points: the start, and every
-other constant a quarter and three quarters into its box. Bitwise, because a constant that
-moves one step time by one ulp is felt. With no columns at all nothing is frozen.
+Rule: a constant is *inert* for a group when it is not one of the E2E-only constants
+(``post_decode_us``, ``output_token_us``), and the step times over every feature column the
+fit can see (its fitting windows and the physics probes of its models) and the queueing
+delays of the group's requests are bitwise identical with the constant at the low end, the
+middle and the high end of its box, the others held at each of three base points: the
+start, and every other constant a quarter and three quarters into its box. Bitwise,
+because a constant that moves one step time by one ulp is felt. With no columns at all
+nothing is frozen; a constant ``queueing_time`` reads is never frozen unless the group's
+requests are given (``queueing_time`` reads the server too, so ``c.moe_layer_us *
+r.is_moe`` is as silent on a dense model as in ``step_time``).
 
 Why more than the start: a constant can be silent at the start only because another one
 sits at a neutral value there. The offline ``wrap_where`` edit writes ``where(f.x > c.t,
@@ -43,11 +46,12 @@ _PROBE_UNITS = (0.0, 0.5, 1.0)  # where in its box each constant is tried
 _BASE_UNITS = (0.25, 0.75)  # the other constants, besides at the start (module docstring)
 
 
-def _read_outside_step(program: Program) -> set[str]:
-    """Constants that act on a fit other than through step times."""
+def _read_outside_step(program: Program, judged_queue: bool) -> set[str]:
+    """Constants that act on a fit other than through what is judged: the E2E-only ones,
+    and those ``queueing_time`` reads unless its delays are judged too."""
     names = {n for n in program.const_names if n in ("post_decode_us", "output_token_us")}
     tree = program.queue_tree
-    if tree is not None:
+    if tree is not None and not judged_queue:
         names |= {node.attr for node in ast.walk(tree)
                   if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                   and node.value.id == "c"}
@@ -55,16 +59,19 @@ def _read_outside_step(program: Program) -> set[str]:
 
 
 def inert_constants(program: Program, model: StepModel, blocks: Sequence[np.ndarray],
-                    start: np.ndarray, box: Box) -> np.ndarray:
+                    start: np.ndarray, box: Box,
+                    requests: np.ndarray | None = None) -> np.ndarray:
     """Bool per constant: True where no step time in ``blocks`` (feature arrays
-    ``[N_FEATURES, m]``) depends on it, around ``start`` (the module docstring's rule)."""
+    ``[N_FEATURES, m]``) and no queueing delay of ``requests`` (``[N_REQUEST_FIELDS, r]``,
+    the group's) depends on it, around ``start`` (the module docstring's rule)."""
     n = program.n_constants
     mask = np.zeros(n, dtype=bool)
     cols = [b for b in blocks if b.size]
     if n == 0 or not cols:
         return mask
     F = np.ascontiguousarray(np.concatenate(cols, axis=1))
-    outside = _read_outside_step(program)
+    queue = model.queue_fn if requests is not None and requests.size else None
+    outside = _read_outside_step(program, queue is not None)
     start = np.asarray(start, dtype=np.float64)
     candidates = [k for k, name in enumerate(program.const_names) if name not in outside]
     if not candidates:
@@ -86,6 +93,11 @@ def inert_constants(program: Program, model: StepModel, blocks: Sequence[np.ndar
                 X[row, k] = ends[i, k]
                 row += 1
         T = population_step_times(model.vector_fn, F, X)
+        if queue is not None and requests is not None:
+            with np.errstate(all="ignore"):
+                Q = queue(requests, np.ascontiguousarray(X.T)[:, :, None])
+                Q = np.broadcast_to(np.asarray(Q, np.float64), (X.shape[0], requests.shape[1]))
+            T = np.concatenate([T, Q], axis=1)
         row = 1
         for k in left:
             rows = T[row:row + len(_PROBE_UNITS)]

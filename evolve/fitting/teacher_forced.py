@@ -34,6 +34,7 @@ from evaluator.api import (
     Scenario,
     StepModel,
     loss,
+    request_inputs,
 )
 from evolve.assess.physics import PhysicsPenalty
 from evolve.fitting.bounds import Box, FitResult, const_map, group_key
@@ -76,8 +77,8 @@ class _Run:
         self.wait = fit.wait_us
         self.wait_mean = float(fit.wait_us.mean()) if n_req else np.nan
         self.out_mean = float(fit.output_tokens.mean()) if n_req else np.nan
-        self.R = np.vstack([sc.input_tokens[fit.req_index],
-                            sc.output_tokens[fit.req_index]]).astype(np.float64)
+        self.R = request_inputs(sc.input_tokens[fit.req_index],
+                                sc.output_tokens[fit.req_index], sc.arch_vector)
         meas = fit.meas
         self.valid = bool(n_req) and all(
             k in meas and meas[k] > 0 for k in ("e2e_mean", "ttft_mean", "itl_mean"))
@@ -95,7 +96,8 @@ def request_pairs(evaluator: Evaluator, scenarios: Sequence[Scenario]) -> np.nda
         "_request_pairs", {})
     key = tuple(sc.name for sc in scenarios)
     if key not in cache:
-        pairs = [np.vstack([sc.input_tokens, sc.output_tokens]).T for sc in scenarios]
+        pairs = [request_inputs(sc.input_tokens, sc.output_tokens, sc.arch_vector).T
+                 for sc in scenarios]
         q = np.unique(np.concatenate(pairs), axis=0).T.astype(np.float64).copy()
         q.setflags(write=False)
         cache[key] = q
@@ -310,7 +312,8 @@ def fit_program(program: Program, evaluator: Evaluator, names: Sequence[str], sc
             probe_map = probes or {}
             seen = [base.F, *(probe_map[k].features for k in sorted(
                 {sc.model for sc in members[g]} & set(probe_map)))]
-            fixed = inert_constants(program, model, seen, start, box)
+            fixed = inert_constants(program, model, seen, start, box,
+                                    request_pairs(evaluator, members[g]))
             inert[g] = names_of(program, fixed)
             m = minimize(obj, box, start, seed=seed, label=g, max_evals=max_evals,
                          sigma0=SIGMA0, restarts=restarts, tolerances=TOLERANCES,

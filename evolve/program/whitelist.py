@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import cast
 
-from evaluator.api import FEATURE_NAMES
+from evaluator.api import FEATURE_NAMES, REQUEST_FIELD_NAMES
 from evolve.errors import ProgramError
 
 MAX_SOURCE_CHARS = 20_000
@@ -36,7 +36,7 @@ MAX_COMPLEXITY = 30
 MAX_WHERE = 3
 POW_RANGE = (-4.0, 4.0)
 SPECIAL_CONSTANTS = ("post_decode_us", "output_token_us")
-QUEUE_FIELDS = ("input_tokens", "output_tokens")
+QUEUE_FIELDS = REQUEST_FIELD_NAMES  # what queueing_time reads of r: the request, its server
 CALL_ARITY: dict[str, int] = {"maximum": 2, "minimum": 2, "where": 3, "clip": 3, "sqrt": 1,
                               "log": 1, "log1p": 1, "exp": 1, "abs": 1}
 _FEATURES = frozenset(FEATURE_NAMES)

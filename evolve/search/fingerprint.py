@@ -18,9 +18,15 @@ from evaluator.api import Evaluator
 from evolve.program.codegen import numpy_model
 from evolve.program.language import Program
 
-# Requests used to probe queueing_time for the fingerprint: (input_tokens, output_tokens).
+# Requests used to probe queueing_time for the fingerprint, rows as REQUEST_FIELDS:
+# (input_tokens, output_tokens) and servers as the bundled ones differ (weight_us, layers,
+# tp, is_moe: a 7B on one GPU, a 70B on four, an MoE on two).
 _PROBE_REQUESTS = np.array([[64.0, 550.0, 900.0, 1500.0, 3000.0],
-                            [1.0, 248.0, 251.0, 1000.0, 1448.0]])
+                            [1.0, 248.0, 251.0, 1000.0, 1448.0],
+                            [4023.0, 4023.0, 10290.0, 13934.0, 10290.0],
+                            [32.0, 32.0, 80.0, 32.0, 80.0],
+                            [1.0, 1.0, 4.0, 2.0, 4.0],
+                            [0.0, 0.0, 0.0, 1.0, 0.0]])
 PROBE_STEPS_PER_RUN = 48
 
 

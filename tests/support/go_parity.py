@@ -16,7 +16,7 @@ from go_programs import MODEL_IDS, MODELS, OWN_PROGRAMS
 
 from evaluator.data.kernel_tables import KernelTables, kernel_block
 from evaluator.data.scenarios import Hardware, ModelArch, data_dir
-from evaluator.features.components import ARCH_FIELDS, compute_features
+from evaluator.features.components import ARCH_FIELDS, compute_features, request_inputs
 from evaluator.features.glossary import N_STATS
 from evolve.export.go.body import field_names
 from evolve.export.go.harness import HarnessExport, build_harness, find_go, run_harness
@@ -207,7 +207,8 @@ def check_case(h: Harness, i: int, group: str, arch, stats, out, reqs=()) -> Non
     assert out["o"] == (ticks(c[o_idx]) if o_idx is not None else 0,
                         ticks(c[p_idx]) if p_idx is not None else 0), label
     if reqs:
-        R = np.array(reqs, dtype=np.float64).T
+        pairs = np.array(reqs, dtype=np.float64).T
+        R = request_inputs(pairs[0], pairs[1], arch[:len(ARCH_FIELDS)])
         q = sm.queue_fn(R, c) if sm.queue_fn is not None else np.zeros(len(reqs))
         assert_close(np.array([x[0] for x in out["q"]]), np.broadcast_to(q, len(reqs)),
                      label + " QueueingTime")

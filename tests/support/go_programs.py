@@ -71,6 +71,15 @@ CONSTANTS = {"g": (1.0, 0.5, 2.0), "a": (1.5, 0.5, 3.0)}
 def step_time(f, c):
     return c.g * f.k_gemm + c.a * (f.k_dc_attn + f.k_pf_attn) + 0.01 * f.k_step + 50.0
 ''',
+    "server_queue": '''"""A queueing delay that reads the server (layered's form)."""
+CONSTANTS = {"step": (5000.0, 10.0, 1e5), "steps": (1.75, 0.0, 6.0)}
+
+def step_time(f, c):
+    return c.step + f.weight_read
+
+def queueing_time(r, c):
+    return c.steps * (r.weight_us + 75.0 * r.layers * (1.0 + 0.5 * r.is_moe)) / r.tp
+''',
     "constant_only": '''"""No features at all."""
 CONSTANTS = {"step": (5000.0, 10.0, 1e5)}
 

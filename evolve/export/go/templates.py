@@ -65,6 +65,9 @@ type $tDerived struct {
 	kvBytesTok float64
 	// arFactor is the ring all-reduce volume factor 2(tp-1)/tp, 0 at tp 1.
 	arFactor float64
+	// weightUs is every weight once (all experts) at peak HBM bandwidth on one GPU, in
+	// microseconds (r.weight_us of queueing_time).
+	weightUs float64
 }
 
 // New$TModelFromArch builds the model from plain numbers (no BLIS configuration needed).
@@ -88,6 +91,12 @@ func New$TModelFromArch(arch $TArch, consts $TConsts) *$TModel {
 	if a.TP > 1.0 {
 		d.arFactor = 2.0 * (a.TP - 1.0) / a.TP
 	}
+	experts := 1.0
+	if a.NExperts > 1.0 {
+		experts = a.NExperts
+	}
+	d.weightUs = (a.Layers*(d.attnProj+experts*d.mlp) + a.Hidden*a.Vocab) * a.BytesPerParam /
+		a.TP / d.bw
 	return m
 }
 
@@ -298,4 +307,17 @@ FEATURE_GO: tuple[tuple[str, str], ...] = (
     ("kv_sum", "KvSum"), ("kv_max", "KvMax"), ("layers", "Layers"), ("tp", "Tp"),
     ("is_moe", "IsMoe"), ("blis_pf_attn", "BlisPfAttn"), ("k_gemm", "KGemm"),
     ("k_dc_attn", "KDcAttn"), ("k_pf_attn", "KPfAttn"), ("k_step", "KStep"),
+)
+
+# Go names of what queueing_time reads (glossary REQUEST_FIELDS, in order), the Go
+# expression filling each from ``req`` and the model ``m``, and its doc line.
+REQUEST_GO: tuple[tuple[str, str, str, str], ...] = (
+    ("input_tokens", "InputTokens", "float64(req.InputLen())", "the prompt length"),
+    ("output_tokens", "OutputTokens", "float64(len(req.OutputTokens))",
+     "the tokens to generate"),
+    ("weight_us", "WeightUs", "m.d.weightUs",
+     "every weight once at peak HBM bandwidth on one GPU (us)"),
+    ("layers", "Layers", "m.arch.Layers", "transformer layers"),
+    ("tp", "Tp", "m.arch.TP", "tensor-parallel degree"),
+    ("is_moe", "IsMoe", "m.d.isMoe", "1 for mixture-of-experts models"),
 )

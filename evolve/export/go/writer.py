@@ -21,12 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evaluator.api import FEATURE_NAMES, FEATURES
+from evaluator.api import FEATURE_NAMES, FEATURES, REQUEST_FIELD_NAMES
 from evolve.errors import ExportError
 from evolve.export.go.body import field_names, function_body
 from evolve.export.go.expr import NEG_ZERO, go_float
 from evolve.export.go.kernels import KERNEL_FUNCS, kernels_lookup
-from evolve.export.go.templates import ARCH_GO, FEATURE_GO, METHODS, MODEL_DECL
+from evolve.export.go.templates import ARCH_GO, FEATURE_GO, METHODS, MODEL_DECL, REQUEST_GO
 
 __all__ = ["BLIS_COMMIT", "BLIS_REPO", "ExportError", "GroupInfo", "export_go",
            "groups_from_scenarios", "kernels_from_scenarios", "type_prefix"]
@@ -37,6 +37,7 @@ SCOPES = ("global", "per_model", "pooled", "per_scenario")
 _SPECIAL = ("post_decode_us", "output_token_us")
 
 assert tuple(n for n, _ in FEATURE_GO) == FEATURE_NAMES, "go_templates.FEATURE_GO is stale"
+assert tuple(r[0] for r in REQUEST_GO) == REQUEST_FIELD_NAMES, "go_templates.REQUEST_GO is stale"
 
 
 @dataclass(frozen=True)
@@ -245,8 +246,7 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
     attr_map = {("f", n): f"f.{g}" for n, g in feat.items()}
     attr_map.update({("c", n): f"c.{g}" for n, g in fields.items()})
     queue_map = {("c", n): f"c.{g}" for n, g in fields.items()}
-    queue_map.update({("r", "input_tokens"): "r.InputTokens",
-                      ("r", "output_tokens"): "r.OutputTokens"})
+    queue_map.update({("r", n): f"r.{g}" for n, g, _, _ in REQUEST_GO})
     tree: ast.Module = prog.tree
     fns = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     if "step_time" not in fns:
@@ -264,8 +264,9 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
     if queue_lines is None:
         queue_body = "\treturn 0"
     else:
-        queue_body = (f"\tr := {prefix}Request{{InputTokens: float64(req.InputLen()), "
-                      f"OutputTokens: float64(len(req.OutputTokens))}}\n"
+        width = max(len(g) for _, g, _, _ in REQUEST_GO) + 1  # gofmt aligns the values
+        filled = "".join(f"\t\t{g + ':':<{width}} {expr},\n" for _, g, expr, _ in REQUEST_GO)
+        queue_body = (f"\tr := {prefix}Request{{\n{filled}\t}}\n"
                       f"\treturn {low}QueueingTime(&r, &m.consts)")
     subs = {
         "ID": prog.id[:12], "NCONST": str(len(names)), "CNAMES": ", ".join(names) or "none",
@@ -306,7 +307,7 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
     parts += ["", *_struct(
         f"{prefix}Features", "are the glossary features of one step (f.<name>).",
         [(g, f"f.{n} ({glossary[n].unit}): {glossary[n].formula}") for n, g in feat.items()])]
-    parts += ["", *_struct(f"{prefix}Request", "is what queueing_time(r, c) reads of a request.",
-                           [("InputTokens", "r.input_tokens, the prompt length"),
-                            ("OutputTokens", "r.output_tokens, the tokens to generate")])]
+    parts += ["", *_struct(f"{prefix}Request", "is what queueing_time(r, c) reads of a request"
+                           " and its server.",
+                           [(g, f"r.{n}, {doc}") for n, g, _, doc in REQUEST_GO])]
     return "\n".join(parts) + "\n"

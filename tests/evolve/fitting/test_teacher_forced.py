@@ -137,10 +137,15 @@ def test_request_pairs_are_every_distinct_pair_computed_once(refreshed):
 
     scs = [refreshed.by_name[n] for n in refreshed.names()[:2]]
     q = request_pairs(refreshed, scs)
-    want = {(a, b) for sc in scs for a, b in zip(sc.input_tokens.tolist(),
-                                                 sc.output_tokens.tolist(), strict=True)}
-    assert q.shape == (2, len(want)) and q.dtype == np.float64
-    assert {(int(a), int(b)) for a, b in q.T} == want
+    from evaluator.api import REQUEST_FIELD_NAMES, request_inputs
+
+    want = {tuple(col) for sc in scs
+            for col in request_inputs(sc.input_tokens, sc.output_tokens, sc.arch_vector).T}
+    assert q.shape == (len(REQUEST_FIELD_NAMES), len(want)) and q.dtype == np.float64
+    assert {tuple(col) for col in q.T} == want  # each request with its server's rows
+    assert {(int(a), int(b)) for a, b in q[:2].T} == {
+        (a, b) for sc in scs for a, b in zip(sc.input_tokens.tolist(),
+                                             sc.output_tokens.tolist(), strict=True)}
     assert np.all(np.diff(q[0]) >= 0)  # rows sorted, as np.unique gives them
     assert request_pairs(refreshed, scs) is q  # cached: a fit of every start reuses it
     assert not q.flags.writeable  # shared by every fit: nobody may change it
