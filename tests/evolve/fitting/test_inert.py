@@ -73,3 +73,33 @@ def test_a_threshold_silent_only_at_the_start_is_fitted(refreshed):
         s.name for s in refreshed.scenarios if s.model == "llama-2-7b")].features],
         GATED.init_vector(), Box(GATED))
     assert dict(zip(GATED.const_names, gated, strict=True))["moe_us"]  # still frozen
+
+
+SERVER_QUEUE = parse_program(
+    'CONSTANTS = {"eff": (1.0, 0.5, 2.0), "moe_us": (30.0, 0.0, 400.0),\n'
+    '             "steps": (1.0, 0.0, 6.0)}\n'
+    "def step_time(f, c):\n"
+    "    return c.eff * f.weight_read + f.kv_read + 100.0\n"
+    "def queueing_time(r, c):\n"
+    "    return c.steps * (r.weight_us + c.moe_us * r.layers * r.is_moe)\n")
+
+
+def test_a_queue_constant_gated_by_the_server_is_inert_only_where_the_gate_is_closed(
+        refreshed):
+    """`queueing_time` reads the server: judged on the group's queueing delays, a constant
+    gated by `r.is_moe` is as silent on a dense model as in `step_time`; without the
+    requests, a constant the queue reads is never frozen (the conservative old rule)."""
+    from evaluator.api import request_inputs
+
+    model, box = step_model(SERVER_QUEUE), Box(SERVER_QUEUE)
+    by_model = {sc.model: sc for sc in refreshed.scenarios}
+    for name, moe_inert in (("llama-2-7b", True), ("mixtral-8x7b", False)):
+        sc = by_model[name]
+        R = request_inputs(sc.input_tokens, sc.output_tokens, sc.arch_vector)
+        got = dict(zip(SERVER_QUEUE.const_names, inert_constants(
+            SERVER_QUEUE, model, [refreshed.fit_sets[sc.name].features],
+            SERVER_QUEUE.init_vector(), box, R), strict=True))
+        assert got == {"eff": False, "moe_us": moe_inert, "steps": False}, name
+        blind = inert_constants(SERVER_QUEUE, model, [refreshed.fit_sets[sc.name].features],
+                                SERVER_QUEUE.init_vector(), box)
+        assert not blind.any()

@@ -301,3 +301,17 @@ def test_program_is_frozen():
     with pytest.raises(AttributeError):
         p.id = "x"  # type: ignore[misc]
     assert isinstance(p, Program)
+
+
+def test_queueing_time_reads_the_request_and_its_server_and_nothing_else():
+    """`r.` is the request and the server it arrives at (glossary REQUEST_FIELDS): a
+    delay counted in engine steps reads the server; a step feature is not a request's."""
+    head = 'CONSTANTS = {"s": (1.0, 0.0, 6.0)}\ndef step_time(f, c):\n    return 1.0\n'
+    ok = parse_program(head + "def queueing_time(r, c):\n"
+                       "    return c.s * (r.weight_us + 75.0 * r.layers * (1.0 + r.is_moe))"
+                       " / r.tp + 0.0 * r.input_tokens\n")
+    R = np.array([[100.0], [10.0], [4000.0], [32.0], [2.0], [1.0]])
+    assert step_model(ok).queue_fn(R, ok.init_vector()).tolist() == [(4000.0 + 4800.0) / 2]
+    with pytest.raises(ProgramError, match="queueing_time may read only r.input_tokens /"
+                       " r.output_tokens / r.weight_us / r.layers / r.tp / r.is_moe"):
+        parse_program(head + "def queueing_time(r, c):\n    return r.batch_size\n")
