@@ -30,16 +30,16 @@ from evolve.export.go.writer import BLIS_COMMIT
 ROOT = Path(__file__).resolve().parents[3]
 RUNS = ("20260217-155451-llama-2-7b-tp1-codegen", "20260217-203421-llama-2-70b-hf-tp4-codegen")
 CONSTS = {  # evolve fit layered --scope per_model --loop blis (above), 2026-12-06
-    "llama-2-7b": {"comm": 1.0, "gemm_eff": 1.0192015598686421,
-                   "mem_eff": 1.1078827804560742, "moe_layer_us": 40.0,
-                   "output_token_us": 19.23163541938838, "per_layer_us": 42.22505291306419,
-                   "per_step_us": 136.9158741555985, "post_decode_us": 172.17595407008267,
-                   "queue_us": 15813.531980216942, "req_layer_us": 0.4703176498378628},
-    "llama-2-70b": {"comm": 1.1073551661659353, "gemm_eff": 1.0196511169577753,
-                    "mem_eff": 1.089574240145645, "moe_layer_us": 40.0,
-                    "output_token_us": 30.837289685017332, "per_layer_us": 69.44368168028842,
-                    "per_step_us": 148.87050601768163, "post_decode_us": 583.515385727863,
-                    "queue_us": 24143.560597257354, "req_layer_us": 0.308043144870168},
+    "llama-2-7b": {"comm": 1.0, "gemm_eff": 0.8348617642663232, "mem_eff": 1.1054962398956374,
+                   "moe_layer_us": 40.0, "output_token_us": 0.7932506559360494,
+                   "per_layer_us": 39.32608823421929, "per_step_us": 109.13014494828839,
+                   "post_decode_us": 309.9811303239986, "queue_steps": 2.314855970580044,
+                   "req_layer_us": 0.6369396470906553},
+    "llama-2-70b": {"comm": 0.9832647623380946, "gemm_eff": 1.0377841303023423,
+                    "mem_eff": 1.0880551956882023, "moe_layer_us": 40.0,
+                    "output_token_us": 5.2727391593855515, "per_layer_us": 70.92871484565761,
+                    "per_step_us": 161.69564382569177, "post_decode_us": 737.8071359360092,
+                    "queue_steps": 1.6210909286103792, "req_layer_us": 0.3013727559255992},
 }
 
 
