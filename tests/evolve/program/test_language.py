@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -312,6 +313,7 @@ def test_queueing_time_reads_the_request_and_its_server_and_nothing_else():
                        " / r.tp + 0.0 * r.input_tokens\n")
     R = np.array([[100.0], [10.0], [4000.0], [32.0], [2.0], [1.0]])
     assert step_model(ok).queue_fn(R, ok.init_vector()).tolist() == [(4000.0 + 4800.0) / 2]
-    with pytest.raises(ProgramError, match="queueing_time may read only r.input_tokens /"
-                       " r.output_tokens / r.weight_us / r.layers / r.tp / r.is_moe"):
+    with pytest.raises(ProgramError, match=re.escape(
+            "queueing_time may read only r.input_tokens / r.output_tokens / r.weight_us /"
+            " r.layers / r.tp / r.is_moe")):
         parse_program(head + "def queueing_time(r, c):\n    return r.batch_size\n")
