@@ -301,9 +301,10 @@ def execute(plan: RunPlan, report: str | None, break_lock: bool, done: RunOutcom
         with stop_signals():
             if (cfg.operator.kind == "llm" and cfg.llm.model == LOCAL
                     and cfg.llm.cassette_mode != "replay"):
-                from evolve.operators.llm.local.server import LocalServer
+                from evolve.operators.llm.local.server import LocalServer, llama_threads
 
-                with LocalServer(cfg.llm.gguf, seed=cfg.run.seed) as server:
+                with LocalServer(cfg.llm.gguf, seed=cfg.run.seed,
+                                 threads=llama_threads(cfg.run.workers)) as server:
                     say(f"local model {server.gguf.name} at {server.base_url}")
                     llm = dataclasses.replace(
                         cfg.llm, base_url=server.base_url,

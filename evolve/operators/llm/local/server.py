@@ -63,6 +63,16 @@ def _raise_exit(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+def llama_threads(workers: int, cpus: int | None = None) -> int:
+    """llama.cpp threads beside ``workers`` fitting processes: the CPUs they leave, at
+    least 1. Why: ggml's threads spin while they wait, so on a machine the fits already
+    fill, a second llama.cpp thread takes CPU from the fits without speeding the reply
+    (2 cores, 2 workers, seed 7, 10 generations mixed: 8.7 min with 2 threads, 7.9 with 1,
+    the same archive; docs/notes/2026-12-06-llm-operator.md)."""
+    n = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(1, n - max(0, workers))
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

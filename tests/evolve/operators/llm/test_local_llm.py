@@ -135,3 +135,13 @@ polish_evals = 4
                         "and p.operator like 'llm:%'").fetchall()
     assert calls and fitted, (calls, db.execute("select kind, operator, reason from "
                                                 "evaluations").fetchall())
+
+
+def test_llama_threads_leave_the_fitting_workers_their_cpus():
+    """llama.cpp gets the CPUs the workers leave, never fewer than one thread."""
+    from evolve.operators.llm.local.server import llama_threads
+
+    assert llama_threads(2, cpus=2) == 1  # the 2-core machine: fits keep both cores
+    assert llama_threads(2, cpus=8) == 6
+    assert llama_threads(1, cpus=4) == 3
+    assert llama_threads(16, cpus=8) == 1  # force_workers beyond the CPUs
