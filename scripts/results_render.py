@@ -80,10 +80,11 @@ def _targets(seeds: list[dict[str, Any]], held: dict[str, Any]) -> list[str]:
     for key, what, need in TAIL_TARGETS:  # issue 58: seed-study medians of the steady tails
         vals = {n: float(np.median([pct(s["validate"]["runs"][n], key) for s in seeds]))
                 for n in normal}
-        k = sum(v <= 10 for v in vals.values())
+        hits = sum(v <= 10 for v in vals.values())
         worst = max(normal, key=lambda n: vals[n])
-        line(k >= need, f"{what} within 10 % (median over seeds): {k} of {len(normal)} normal "
-             f"runs (target {need}; worst {short(worst)} {vals[worst]:.1f})")
+        line(hits >= need, f"{what} within 10 % (median over seeds): {hits} of "
+             f"{len(normal)} normal runs (target {need}; worst {short(worst)} "
+             f"{vals[worst]:.1f})")
     n3 = sum(med[n]["e2e_mean"] <= 3 for n in normal)
     n6 = sum(med[n]["e2e_mean"] <= 6 for n in normal)
     line(n3 >= 10 and n6 == len(normal), f"normal runs mean E2E within 3 % on {n3} of "
