@@ -24,7 +24,8 @@ overlap). Each local-model run records its cassette to ``--cassettes DIR`` (defa
 ``benchmarks/cassettes``; an existing cassette is replayed instead, so the figures replay
 without the model: ``--replay`` insists on that). Printed per run: best training loss,
 LLM-originated children (an LLM child or its repair) accepted / fitted, LLM-originated
-programs among the pick's ancestors, wall time and its ratio to offline's. Run:
+programs among the pick's ancestors, wall time and its ratio to offline's, and the pick's
+validate-split loss (what ``mixed@S``, mixed at LLM share ``S``, is chosen by). Run:
 ``.venv/bin/python benchmarks/bench_operators.py --search --seeds 7 --modes offline,mixed,llm``.
 """
 
@@ -137,7 +138,29 @@ def search_command(mode: str, seed: int, generations: int, archive: Path,
         return cmd
     cassette = cassettes / f"{mode}-seed{seed}-g{generations}.jsonl"
     mode_flag = "--replay" if replay or cassette.is_file() else "--record"
-    return [*cmd, *MODES[mode], "--cassette", str(cassette), mode_flag]
+    return [*cmd, *mode_flags(mode), "--cassette", str(cassette), mode_flag]
+
+
+def mode_flags(mode: str) -> list[str]:
+    """The ``evolve run`` flags of a mode; ``mixed@S``: mixed at LLM share ``S``."""
+    if mode.startswith("mixed@"):
+        return ["--llm", "local", "--llm-share", mode.split("@", 1)[1]]
+    if mode not in MODES:
+        raise SystemExit(f"--modes: unknown mode {mode!r}; one of {', '.join(MODES)} or "
+                         "mixed@SHARE")
+    return MODES[mode]
+
+
+def pick_validate_loss(archive: Path) -> float | None:
+    """The pick's validate-split loss (``evolve frontier --json``): what a share is chosen
+    by, never the test runs."""
+    res = subprocess.run([sys.executable, "-c", "import sys; from evolve.cli.main import "
+                          "main; sys.exit(main())", "frontier", "--archive", str(archive),
+                          "--json"], capture_output=True, text=True, cwd=ROOT)
+    if res.returncode != 0:
+        return None
+    picked = [m for m in json.loads(res.stdout)["members"] if m.get("picked")]
+    return picked[0].get("validate_loss") if picked else None
 
 
 def search_figures(archive: Path) -> dict[str, float]:
@@ -187,7 +210,8 @@ def search_main(args: argparse.Namespace) -> int:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "
           f"{args.generations} generations, default configuration")
     print(f"{'seed':>4} {'mode':<8}{'best loss':>10}{'LLM acc/fit':>13}{'repairs ok':>12}"
-          f"{'pick LLM anc':>14}{'wall min':>10}{'x offline':>10}", flush=True)
+          f"{'pick LLM anc':>14}{'wall min':>10}{'x offline':>10}{'pick val':>10}",
+          flush=True)
     out_dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-ops-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     for seed in (int(s) for s in args.seeds.split(",")):
@@ -204,6 +228,7 @@ def search_main(args: argparse.Namespace) -> int:
                       flush=True)
                 continue
             f = search_figures(archive)
+            val = pick_validate_loss(archive)
             if mode == "offline":
                 offline_wall = wall
             ratio = f"{wall / offline_wall:.2f}" if offline_wall else "-"
@@ -211,7 +236,8 @@ def search_main(args: argparse.Namespace) -> int:
             print(f"{seed:>4} {mode:<8}{f['best']:>10.4f}{share:>13}"
                   f"{f['repairs_ok']:>7}/{f['repairs']:<4}"
                   f"{f['pick_llm_ancestors']:>7}/{f['pick_ancestors']:<6}"
-                  f"{wall / 60:>10.1f}{ratio:>10}", flush=True)
+                  f"{wall / 60:>10.1f}{ratio:>10}"
+                  f"{'-' if val is None else format(val, '.4f'):>10}", flush=True)
     print(f"archives in {out_dir}")
     return 0
 
