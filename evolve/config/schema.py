@@ -64,7 +64,8 @@ ENGINE_LOOPS = ("vllm", "blis")
 # [llm] keys added after archives existed (issue 16): stored only when set, so a run that
 # does not use them stores the same configuration (and archive digest) as before.
 LLM_STORED_WHEN_SET: dict[str, Any] = {"constrain": "off", "prompt_profile": "auto",
-                                       "context_tokens": None, "gguf": None}
+                                       "context_tokens": None, "gguf": None,
+                                       "reply_form": "auto"}
 
 
 def _doc(default: Any, doc: str, **extra: Any) -> Any:

@@ -18,6 +18,10 @@ checker's context rules:
   :data:`MAX_TERMS` terms per sum and :data:`MAX_FACTORS` factors per product (unbounded,
   the 135M model nested ``maximum(`` until ``max_tokens`` ran out in 3 of 10 replies).
 
+The *term* form (:func:`term_rules`) is the same language with ``def term(f, c)`` and at
+most :data:`TERM_CONSTANTS` constants: one expression that
+:mod:`evolve.operators.llm.term` adds to the parent's step time.
+
 What it still cannot promise: complexity and the ``where`` count (the checker enforces
 them) and the physics checks at fitting time. Every text it accepts is also accepted by the
 canonical grammar, and the checker runs on every reply regardless.
@@ -50,6 +54,7 @@ DOC_CHARS = 120
 MAX_DIGITS = 6  # largest upper bound 10^6
 MAX_DEPTH = 2  # nesting of calls and parentheses
 MAX_TERMS, MAX_FACTORS = 4, 3  # per sum, per product
+TERM_CONSTANTS = 3  # constants of one term (the term form)
 
 
 def _expressions(n: int, depth: int) -> dict[str, Item]:
@@ -87,13 +92,25 @@ def _constants(n: int) -> Item:
 @lru_cache(maxsize=1)
 def strict_rules() -> dict[str, Item]:
     """The rule set, ``root`` first (a fenced program; ``program`` is the bare module)."""
+    return _rules("step_time", MAX_CONSTANTS)
+
+
+@lru_cache(maxsize=1)
+def term_rules() -> dict[str, Item]:
+    """The *term* form's rule set: the same module with ``def term(f, c)`` and at most
+    :data:`TERM_CONSTANTS` constants – one expression a small model adds to its parent
+    (:mod:`evolve.operators.llm.term` splices it in)."""
+    return _rules("term", TERM_CONSTANTS)
+
+
+def _rules(fn: str, max_constants: int) -> dict[str, Item]:
     digit = Cls("0-9")
     frac = seq(".", Rep(digit, 1, 3))
     triples = [seq("(", "0", frac, ", 0.0, 1.0)")]
     for d in range(1, MAX_DIGITS + 1):
         triples.append(seq("(", Rep(digit, 1, d), frac, ", 0.0, 1", "0" * d, ".0)"))
-    programs = [seq(_constants(n), "\n", "def step_time(f, c):\n    return ",
-                    Ref(f"expr_n{n}d0"), "\n") for n in range(1, MAX_CONSTANTS + 1)]
+    programs = [seq(_constants(n), "\n", f"def {fn}(f, c):\n    return ",
+                    Ref(f"expr_n{n}d0"), "\n") for n in range(1, max_constants + 1)]
     out: dict[str, Item] = {
         "root": seq(FENCE_OPEN, Ref("program"), FENCE_CLOSE),
         "program": seq(Ref("docline"), alt(*programs)),
@@ -103,7 +120,7 @@ def strict_rules() -> dict[str, Item]:
         "exponent": seq(opt("-"), alt(seq(Cls("0-3"), opt(".", digit)), seq("4", opt(".0")))),
         "feature": seq("f.", alt(*sorted(FEATURE_NAMES, key=lambda s: (-len(s), s)))),
     }
-    for n in range(1, MAX_CONSTANTS + 1):
+    for n in range(1, max_constants + 1):
         for depth in range(MAX_DEPTH + 1):
             out.update(_expressions(n, depth))
     return out
@@ -119,3 +136,23 @@ def strict_gbnf(fenced: bool = True) -> str:
 def strict_lark(fenced: bool = True) -> str:
     """The strict grammar in Lark EBNF (vLLM's ``structured_outputs.grammar``)."""
     return render(strict_rules(), "lark", "root" if fenced else "program")
+
+
+@lru_cache(maxsize=2)
+def term_gbnf(fenced: bool = True) -> str:
+    """The term form's grammar in llama.cpp's GBNF."""
+    return render(term_rules(), "gbnf", "root" if fenced else "program")
+
+
+@lru_cache(maxsize=2)
+def term_lark(fenced: bool = True) -> str:
+    """The term form's grammar in Lark EBNF."""
+    return render(term_rules(), "lark", "root" if fenced else "program")
+
+
+def grammar_text(mode: str, form: str = "program") -> str:
+    """The decoding grammar sent for ``mode`` (gbnf | vllm) and reply ``form`` (program |
+    term): what a request carries and what its cassette key digests."""
+    if form == "term":
+        return term_gbnf() if mode == "gbnf" else term_lark()
+    return strict_gbnf() if mode == "gbnf" else strict_lark()

@@ -37,12 +37,14 @@ CASSETTE_FORMAT = 1
 
 def canonical_request(model: str, messages: Sequence[dict[str, str]], temperature: float,
                       seed: int | None, max_tokens: int, template_version: str,
-                      constrain: str = "off") -> dict[str, Any]:
+                      constrain: str = "off", form: str = "program") -> dict[str, Any]:
     """The fields that determine a reply; everything else (timeouts, retries) does not.
 
     ``constrain`` (gbnf | vllm) adds ``{"mode", "grammar"}`` – the grammar's digest – so a
     constrained request and a grammar change get their own keys; unconstrained requests
-    hash exactly as before the field existed.
+    hash exactly as before the field existed. ``form = "term"`` (the reply form,
+    :mod:`evolve.operators.llm.term`) adds ``"reply_form": "term"`` and, constrained,
+    ``"form": "term"`` beside the term grammar's digest; program requests hash as before.
     """
     out: dict[str, Any] = {
         "model": model,
@@ -52,12 +54,16 @@ def canonical_request(model: str, messages: Sequence[dict[str, str]], temperatur
         "max_tokens": int(max_tokens),
         "template_version": template_version,
     }
+    if form == "term":
+        out["reply_form"] = "term"
     if constrain != "off":
-        from evolve.program.grammar_strict import strict_gbnf, strict_lark
+        from evolve.program.grammar_strict import grammar_text
 
-        text = strict_gbnf() if constrain == "gbnf" else strict_lark()
+        text = grammar_text(constrain, form)
         out["constrain"] = {"mode": constrain,
                             "grammar": hashlib.sha256(text.encode()).hexdigest()[:16]}
+        if form == "term":
+            out["constrain"]["form"] = "term"
     return out
 
 

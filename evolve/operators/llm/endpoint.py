@@ -292,15 +292,13 @@ def extra_body(constrain: Any) -> dict[str, Any]:
     the mode, and the canonical request carries its digest, so a grammar change is a new
     cassette key."""
     mode = constrain.get("mode") if isinstance(constrain, dict) else None
-    if mode == "gbnf":
-        from evolve.program.grammar_strict import strict_gbnf
+    if mode not in ("gbnf", "vllm"):
+        return {}
+    from evolve.program.grammar_strict import grammar_text
 
-        return {"grammar": strict_gbnf()}
-    if mode == "vllm":
-        from evolve.program.grammar_strict import strict_lark
-
-        return {"structured_outputs": {"grammar": strict_lark()}}
-    return {}
+    assert isinstance(constrain, dict)
+    text = grammar_text(mode, str(constrain.get("form", "program")))
+    return {"grammar": text} if mode == "gbnf" else {"structured_outputs": {"grammar": text}}
 
 
 def _retry_after(headers: Any) -> float | None:

@@ -49,6 +49,7 @@ from evolve.operators.llm.prompting import (
     estimate_tokens,
 )
 from evolve.operators.llm.replies import extract_program
+from evolve.operators.llm.term import extract_term, splice_term
 from evolve.text.untrusted import mask_secrets
 
 log = logging.getLogger("evolve.llm")
@@ -200,12 +201,12 @@ class LLMOperator:
         try:
             prompt = build_prompt(kind, chosen, [pool[i] for i in picks],  # type: ignore[arg-type]
                                   self.cfg.prompt_token_cap, self.heldout,
-                                  profile=self.cfg.profile())
+                                  profile=self.cfg.profile(), form=self.cfg.form())
         except PromptTooLarge as exc:
             return _Plan(index, kind, tuple(chosen), None, str(exc), seed, None, None)
         request = canonical_request(self.cfg.model, prompt.messages, self.cfg.temperature,
                                     seed, self.cfg.max_tokens, TEMPLATE_VERSION,
-                                    self.cfg.constrain)
+                                    self.cfg.constrain, self.cfg.form())
         return _Plan(index, kind, tuple(chosen), prompt, None, seed, request,
                      request_hash(request))
 
@@ -257,8 +258,18 @@ class LLMOperator:
         source, error, status = None, exchange.error, exchange.status
         note = None  # an OK exchange's error says why its reply was cut (cap_reply)
         if exchange.status == OK:
-            found = extract_program(exchange.reply, str(plan.parents[0].program.source))
-            source, error, note = found.source, found.error, exchange.error
+            parent_source = str(plan.parents[0].program.source)
+            if self.cfg.form() == "term":
+                found = extract_term(exchange.reply)
+                source, error = found.source, found.error
+                if source is not None:
+                    source, error = splice_term(parent_source, source,
+                                                plan.parents[0].constants)
+                operator = "llm:term" + ("-crossover" if plan.kind == "crossover" else "")
+            else:
+                found = extract_program(exchange.reply, parent_source)
+                source, error = found.source, found.error
+            note = exchange.error
             if error and exchange.finish_reason == "length":
                 error += " (reply truncated at max_tokens)"
             status = OK if source is not None else "no_program"

@@ -36,6 +36,7 @@ from evaluator.api import FEATURES, MAX_STEP_US, PEAK_FLOPS
 from evolve.assess.physics import FLOOR_CONTEXT, FLOOR_MARGIN
 from evolve.assets import asset_dir
 from evolve.operators.base import Parent
+from evolve.program.grammar_strict import TERM_CONSTANTS
 from evolve.program.whitelist import CALL_ARITY, MAX_COMPLEXITY, MAX_CONSTANTS, MAX_WHERE
 
 PROMPTS_DIR = asset_dir("prompts")
@@ -81,6 +82,7 @@ COMPACT_TOKEN_CAP = 1500  # real tokens the compact profile stays under
 # ...enforced on the *estimate* with a margin: small-vocabulary tokenizers split digits one
 # by one, and SmolLM2 counted 1,537 tokens where estimate_tokens said 1,331.
 COMPACT_ESTIMATE_CAP = 1200
+TERM_BATCH_ROWS = 3  # rows of the parent's worst-runs table (sim / meas) in a term prompt
 Profile = Literal["full", "compact"]
 
 
@@ -192,26 +194,32 @@ _BIG = 1 << 30  # sorts non-finite errors as worst
 
 
 @lru_cache(maxsize=1)
-def compact_system_prompt() -> str:
-    """The compact profile's rules: the strict decoding form and the feature names."""
-    return _env().get_template("compact_system.jinja").render(
-        features=FEATURES, physics_rules=PHYSICS_RULES, **LANGUAGE).strip()
+def compact_system_prompt(form: str = "program") -> str:
+    """The compact profile's rules: the strict decoding form (or the term form's) and the
+    feature names."""
+    name = "term_system.jinja" if form == "term" else "compact_system.jinja"
+    return _env().get_template(name).render(
+        features=FEATURES, physics_rules=PHYSICS_RULES, max_term_constants=TERM_CONSTANTS,
+        **LANGUAGE).strip()
 
 
 def build_prompt(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Parent],
-                 cap: int, heldout: Collection[str] = (), profile: str = "full") -> Prompt:
+                 cap: int, heldout: Collection[str] = (), profile: str = "full",
+                 form: str = "program") -> Prompt:
     """Render the messages for one request, shrunk to ``cap`` estimated tokens.
 
     ``parents``: one (mutate) or two (crossover). ``heldout``: names of validate/test runs;
     any of them in the parents' errors or anywhere in the prompt raises :class:`HeldoutLeak`.
-    ``profile``: ``full`` or ``compact`` (module doc).
+    ``profile``: ``full`` or ``compact`` (module doc). ``form = "term"``: the model is
+    asked for one term to add to the first parent (:mod:`evolve.operators.llm.term`), in
+    the compact layout whatever the profile.
     """
     need = 1 if kind == "mutate" else 2
     if len(parents) != need:
         raise ValueError(f"{kind} needs {need} parent(s), got {len(parents)}")
     _check_errors_are_training(parents, heldout)
-    if profile == "compact":
-        return _compact(kind, parents, inspirations, cap, heldout)
+    if profile == "compact" or form == "term":
+        return _compact(kind, parents, inspirations, cap, heldout, form)
     system = system_prompt()
     sys_tokens = estimate_tokens(system)
     limits = _Limits(
@@ -234,26 +242,32 @@ def build_prompt(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[P
 
 
 def _compact(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Parent],
-             cap: int, heldout: Collection[str]) -> Prompt:
-    """The compact profile: one parent, its worst runs, at most one other program."""
-    system = compact_system_prompt()
+             cap: int, heldout: Collection[str], form: str = "program") -> Prompt:
+    """The compact profile: one parent, its worst runs, at most one other program (the
+    term form: and the rows of where the parent errs most, :data:`TERM_BATCH_ROWS`)."""
+    system = compact_system_prompt(form)
     cap = min(cap, COMPACT_ESTIMATE_CAP)
     others = list(parents[1:]) or list(inspirations[:1])
     rows = COMPACT_ERROR_ROWS
+    batch_rows = TERM_BATCH_ROWS if form == "term" else 0
+    template = "term_mutate.jinja" if form == "term" else "compact_mutate.jinja"
     while True:
         (columns, table), _ = _error_rows(parents[:1], rows)
         columns = columns[:2]  # E2E and TTFT: what the loss is made of
         table = [dict(r, cells=r["cells"][:2]) for r in table]
         other = _short_doc(_program_view(others[0])) if others else None
-        user = _env().get_template("compact_mutate.jinja").render(
+        user = _env().get_template(template).render(
             parent=dict(_short_doc(_program_view(parents[0])), error_columns=columns,
-                        error_rows=table, signed=_signed(parents[:1])), inspiration=other)
+                        error_rows=table, signed=_signed(parents[:1])), inspiration=other,
+            batches=_cut_table(parents[0].worst_batches, batch_rows) if batch_rows else "")
         user = re.sub(r"\n{3,}", "\n\n", user).strip()
         tokens = estimate_tokens(system) + estimate_tokens(user)
         if tokens <= cap:
             break
         if others:
             others = []
+        elif batch_rows > 0:
+            batch_rows -= 1
         elif rows > 0:
             rows -= 1
         else:

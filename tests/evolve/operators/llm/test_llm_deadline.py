@@ -114,11 +114,12 @@ def test_constrained_requests_carry_the_grammar_and_their_own_cassette_key(serve
 
     server = serve(responder)
     for mode in ("gbnf", "vllm"):
-        _, (p,) = propose(config(server, constrain=mode))
+        _, (p,) = propose(config(server, constrain=mode, reply_form="program"))
         assert p.source is not None
     gbnf_req, vllm_req = seen
     assert gbnf_req["grammar"].startswith("root ::=") and "structured_outputs" not in gbnf_req
     assert vllm_req["structured_outputs"]["grammar"].startswith("start:")
+    assert "def step_time(f, c)" in gbnf_req["grammar"]
 
 
 @pytest.mark.parametrize("body", ['{"choices": "abc"}', '{"choices": [{"message": 3}]}',

@@ -1,0 +1,174 @@
+"""The *term* reply form: the model writes one expression, the operator adds it to the parent.
+
+Why: asked for whole programs, SmolLM2-135M threw its parent away – every reply was a new
+two-constant formula (``maximum(c.k0 + c.k1 * f.weight_read, ...)``) with none of the
+parent's physics, and no such program came near its parent's loss (best 0.81 against 0.05
+on seed 7; docs/notes/2026-12-06-llm-operator.md). A small model can still say *what is
+missing* – which feature, in what shape – so in this form it writes only that::
+
+    CONSTANTS = {"k0": (1.5, 0.0, 10.0)}
+
+    def term(f, c):
+        return c.k0 * f.kv_read
+
+and :func:`splice_term` returns the parent with ``+ (term)`` added to ``step_time``'s
+return value, the term's constants renamed to fresh ``t1, t2, ...``. The child keeps
+everything the parent had, its constants starting at the parent's fitted values, and a
+term that vanishes with its constants at their lower bound starts there: the child's fit
+then starts at its parent's loss.
+
+Untrusted text: the reply is parsed with ``ast`` only; what is spliced is the term's
+expression tree and its constant triples, and the result goes through the same checker as
+every other proposal. The model's docstring is not copied (the child's note is the term's
+source, cut).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+from evolve.operators.llm.replies import Extracted
+from evolve.operators.offline import ast_edit as E
+
+TERM_FN = "term"
+NOTE_PREFIX = "llm:term: "
+MAX_NOTE_CHARS = 100
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
+
+
+def extract_term(reply: str | None) -> Extracted:
+    """The last fenced block of ``reply`` that defines ``term(f, c)``, or why there is none."""
+    if reply is None or not reply.strip():
+        return Extracted(None, "empty reply", "none")
+    blocks = [body for _, body in _FENCE.findall(reply) if f"def {TERM_FN}" in body]
+    if not blocks:
+        return Extracted(None, f"no ```python block with def {TERM_FN}(f, c) in the reply",
+                         "none")
+    text = blocks[-1].strip("\n") + "\n"
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        return Extracted(None, f"reply term is not valid Python: line {exc.lineno}: "
+                               f"{exc.msg}", "term")
+    return Extracted(text, None, "term")
+
+
+def splice_term(parent_source: str, term_source: str,
+                fitted: Mapping[str, Mapping[str, float]] | None = None
+                ) -> tuple[str | None, str | None]:
+    """``(child source, None)``: the parent with the term added to its step time; or
+    ``(None, reason)`` when the term or the parent has an unexpected layout.
+
+    ``fitted`` (group -> constant -> value, the parent's fitted constants): the parent's
+    constants start at their median over groups, clipped to their bounds, so a term that
+    starts at 0 starts the child at its parent's fit, not at the parent's declared inits
+    (from which a child's short fit rarely gets back to where the parent was)."""
+    try:
+        parent = E.split_module(parent_source)
+    except ValueError as exc:
+        return None, f"parent: {exc}"
+    for name, (_, low, high) in list(parent.constants.items()):
+        values = [g[name] for _, g in sorted((fitted or {}).items()) if name in g]
+        if values:
+            parent.constants[name] = (float(np.clip(np.median(values), low, high)), low, high)
+    term, consts, error = _term_parts(term_source)
+    if error:
+        return None, error
+    assert term is not None
+    body = parent.step_fn().body
+    last = body[-1] if body else None
+    if not isinstance(last, ast.Return) or last.value is None:
+        return None, "parent's step_time does not end in a return of a value"
+    if _vanishes_at_zero(term, consts):  # start where adding it changes nothing
+        consts = {k: (low, low, high) for k, (_, low, high) in consts.items()}
+    mapping: dict[str, str] = {}
+    for name, decl in consts.items():
+        fresh = E.fresh_name("t", parent.constants)
+        parent.constants[fresh] = decl
+        mapping[name] = fresh
+    E.rename_consts(term, mapping)
+    last.value = E.binop(last.value, ast.Add(), term)
+    parent.doc = _with_note(parent.doc, NOTE_PREFIX + "+ " + E.short(term, 80))
+    return parent.render(), None
+
+
+def _term_parts(source: str) -> tuple[ast.expr | None, dict[str, E.ConstDecl], str | None]:
+    """The term's returned expression and its constants, checked for the layout only."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return None, {}, f"term is not valid Python: {exc.msg}"
+    consts: dict[str, E.ConstDecl] = {}
+    fn: ast.FunctionDef | None = None
+    for stmt in tree.body:
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == "CONSTANTS"):
+            try:
+                raw = ast.literal_eval(stmt.value)
+                consts = {str(k): (float(v[0]), float(v[1]), float(v[2]))
+                          for k, v in raw.items()}
+            except (ValueError, TypeError, IndexError, AttributeError, KeyError) as exc:
+                return None, {}, f"term CONSTANTS is not a dict of (init, low, high): {exc}"
+        elif isinstance(stmt, ast.FunctionDef) and stmt.name == TERM_FN:
+            fn = stmt
+    if fn is None:
+        return None, {}, f"no def {TERM_FN}(f, c) in the reply"
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr)
+                                       and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return None, {}, f"{TERM_FN}(f, c) must be a single return of an expression"
+    expr = body[0].value
+    unknown = sorted(set(E.const_refs(expr)) - set(consts))
+    if unknown:
+        return None, {}, f"term reads undeclared constant(s): {', '.join(unknown)}"
+    used = [k for k in consts if k in set(E.const_refs(expr))]
+    return expr, {k: consts[k] for k in used}, None
+
+
+_BINARY = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply,
+           ast.Div: np.divide, ast.Pow: np.power}
+_CALLS = {"maximum": np.maximum, "minimum": np.minimum, "sqrt": np.sqrt, "log": np.log,
+          "log1p": np.log1p, "exp": np.exp, "abs": np.abs}
+
+
+def _vanishes_at_zero(term: ast.expr, consts: dict[str, E.ConstDecl]) -> bool:
+    """Whether the term is exactly 0 with every constant at its lower bound, at two
+    feature points: then the child starts as its parent (the offline edits' neutral start)
+    instead of at the model's guessed inits, which put a term of the parent's whole size
+    on top of it. ``where``/``clip`` and anything unknown answer no (inits kept)."""
+    lows = {k: low for k, (_, low, _) in consts.items()}
+    try:
+        with np.errstate(all="ignore"):
+            return all(float(_value(term, lows, x)) == 0.0 for x in (1.0, 1000.0))
+    except (KeyError, ValueError, TypeError, OverflowError):
+        return False
+
+
+def _value(node: ast.AST, consts: dict[str, float], feature: float) -> float:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return float(node.value)
+    if E.is_param_attr(node, E.CONST_PARAM):
+        return consts[node.attr]
+    if E.is_param_attr(node, E.FEATURE_PARAM):
+        return feature
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_value(node.operand, consts, feature)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return float(_BINARY[type(node.op)](_value(node.left, consts, feature),
+                                            _value(node.right, consts, feature)))
+    name = E.call_name(node)
+    if isinstance(node, ast.Call) and name in _CALLS:
+        return float(_CALLS[name](*(_value(a, consts, feature) for a in node.args)))
+    raise ValueError(f"not evaluated: {type(node).__name__}")
+
+
+def _with_note(doc: str, note: str) -> str:
+    """The parent's docstring without its ``llm:term`` notes, then this term's note."""
+    lines = [ln for ln in doc.rstrip().splitlines() if not ln.startswith(NOTE_PREFIX)]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join([*lines, "", note[:MAX_NOTE_CHARS]] if lines else [note]) + "\n"
