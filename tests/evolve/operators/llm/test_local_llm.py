@@ -132,7 +132,7 @@ polish_evals = 4
     fitted = db.execute("select e.program_id, e.loss from evaluations e join programs p on "
                         "p.id = e.program_id and p.run_id = e.run_id where e.kind = 'child' "
                         "and e.loss is not null and e.loss < 1e300 "
-                        "and p.operator like 'llm:%'").fetchall()
+                        "and p.operator like 'llm:term%'").fetchall()  # the local default form
     assert calls and fitted, (calls, db.execute("select kind, operator, reason from "
                                                 "evaluations").fetchall())
 
