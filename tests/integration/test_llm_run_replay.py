@@ -206,3 +206,39 @@ def test_mixed_run_with_overlap_and_repair_replays_identically(tmp_path: Path, d
     assert any(o.startswith("llm:") for o in ops) and any(o.startswith("offline:") for o in ops)
     # every request sent was used (the last generation sends nothing ahead)
     assert calls == n_requests == sum(o.startswith("llm:") for o in ops)
+
+
+def term_responder(request: dict, n: int) -> Reply:
+    """Term replies (the local model's default form), by request seed: some vanish at 0,
+    some do not, some are junk."""
+    seed = int(request.get("seed") or 0)
+    if seed % 5 == 0:
+        return Reply(content="Add the KV cache reads.")
+    feature = ("kv_read", "kv_sum", "batch_size", "prefill_tokens")[seed % 4]
+    body = (f"c.k0 * f.{feature}" if seed % 3 else f"f.{feature} / c.k0 + c.k1")
+    return Reply(content=fenced('CONSTANTS = {"k0": (1.5, 0.0, 10.0), "k1": (2.0, 0.0, '
+                                f'10.0)}}\n\ndef term(f, c):\n    return {body}\n'))
+
+
+@pytest.mark.slow
+def test_a_term_form_mixed_run_replays_identically(tmp_path: Path, data: Path):
+    """Issue 59: constrained decoding makes the replies terms added to their parents; with
+    mixing, overlap and repair on, recorded and replayed, the same archive."""
+    cfg = _run_config(tmp_path, children=4, operator=MIXED)
+    cassette = tmp_path / "term.cassette.jsonl"
+    common = ["--config", str(cfg), "--data", str(data), "--generations", "3",
+              "--llm", "test-model", "--constrain", "gbnf", "--cassette", str(cassette)]
+    with LLMServer(term_responder, lifetime_s=300) as server:
+        rec = evolve(*common, "--archive", str(tmp_path / "rec.db"), "--llm-base-url",
+                     server.base_url, "--record", cwd=tmp_path)
+        grammars = {"def term(f, c)" in r.get("grammar", "") for r in server.requests}
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    assert grammars == {True}  # every request carried the term grammar
+    rep = evolve(*common, "--archive", str(tmp_path / "rep.db"), "--llm-base-url",
+                 "http://127.0.0.1:9/v1", "--replay", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    _assert_same_archive(tmp_path / "rec.db", tmp_path / "rep.db")
+    with sqlite3.connect(tmp_path / "rec.db") as con:
+        fitted = con.execute("SELECT count(*) FROM evaluations WHERE kind = 'child' AND "
+                             "operator LIKE 'llm:term%' AND loss IS NOT NULL").fetchone()[0]
+    assert fitted > 0
