@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from llm_server import LLMServer, Reply, fenced, parent_source, program_for
+from llm_server import LLMServer, Reply, Responder, fenced, parent_source, program_for
 from needs import missing
 
 from evaluator.data.scenarios import DataError, data_dir
@@ -128,6 +128,27 @@ def _assert_same_archive(rec: Path, rep: Path) -> None:
         assert archive_digest(ra) == archive_digest(rb)
 
 
+def _record_and_replay(tmp_path: Path, data: Path, reply: Responder, operator: str,
+                       children: int, generations: int, *flags: str) -> list[dict]:
+    """Record a run against the test server answering with ``reply``, replay its cassette
+    with nothing listening, and check both archives are the same; returns the requests the
+    server saw."""
+    cfg = _run_config(tmp_path, children=children, operator=operator)
+    cassette = tmp_path / "run.cassette.jsonl"
+    common = ["--config", str(cfg), "--data", str(data), "--generations", str(generations),
+              "--llm", "test-model", *flags, "--cassette", str(cassette)]
+    with LLMServer(reply, lifetime_s=300) as server:
+        rec = evolve(*common, "--archive", str(tmp_path / "rec.db"), "--llm-base-url",
+                     server.base_url, "--record", cwd=tmp_path)
+        requests = list(server.requests)
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    rep = evolve(*common, "--archive", str(tmp_path / "rep.db"), "--llm-base-url",
+                 "http://127.0.0.1:9/v1", "--replay", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    _assert_same_archive(tmp_path / "rec.db", tmp_path / "rep.db")
+    return requests
+
+
 @pytest.fixture(scope="module")
 def data() -> Path:
     try:
@@ -185,19 +206,8 @@ def test_mixed_run_with_overlap_and_repair_replays_identically(tmp_path: Path, d
     """Issue 59: half the children from the LLM, the next generation's requests sent while
     the current one fits, repairs of rejected LLM children: recorded and replayed, the same
     archive."""
-    cfg = _run_config(tmp_path, children=4, operator=MIXED)
-    cassette = tmp_path / "mixed.cassette.jsonl"
-    common = ["--config", str(cfg), "--data", str(data), "--generations", "4",
-              "--llm", "test-model", "--cassette", str(cassette)]
-    with LLMServer(responder, lifetime_s=300) as server:
-        rec = evolve(*common, "--archive", str(tmp_path / "rec.db"), "--llm-base-url",
-                     server.base_url, "--record", cwd=tmp_path)
-        n_requests = len(server.requests)
-    assert rec.returncode == 0, rec.stderr[-3000:]
-    rep = evolve(*common, "--archive", str(tmp_path / "rep.db"), "--llm-base-url",
-                 "http://127.0.0.1:9/v1", "--replay", cwd=tmp_path)
-    assert rep.returncode == 0, rep.stderr[-3000:]
-    _assert_same_archive(tmp_path / "rec.db", tmp_path / "rep.db")
+    requests = _record_and_replay(tmp_path, data, responder, MIXED, 4, 4)
+    n_requests = len(requests)
     with sqlite3.connect(tmp_path / "rec.db") as con:
         ops = [r[0] for r in con.execute(
             "SELECT operator FROM evaluations WHERE generation > 0 AND kind IN "
@@ -224,20 +234,10 @@ def term_responder(request: dict, n: int) -> Reply:
 def test_a_term_form_mixed_run_replays_identically(tmp_path: Path, data: Path):
     """Issue 59: constrained decoding makes the replies terms added to their parents; with
     mixing, overlap and repair on, recorded and replayed, the same archive."""
-    cfg = _run_config(tmp_path, children=4, operator=MIXED)
-    cassette = tmp_path / "term.cassette.jsonl"
-    common = ["--config", str(cfg), "--data", str(data), "--generations", "3",
-              "--llm", "test-model", "--constrain", "gbnf", "--cassette", str(cassette)]
-    with LLMServer(term_responder, lifetime_s=300) as server:
-        rec = evolve(*common, "--archive", str(tmp_path / "rec.db"), "--llm-base-url",
-                     server.base_url, "--record", cwd=tmp_path)
-        grammars = {"def term(f, c)" in r.get("grammar", "") for r in server.requests}
-    assert rec.returncode == 0, rec.stderr[-3000:]
+    requests = _record_and_replay(tmp_path, data, term_responder, MIXED, 4, 3,
+                                     "--constrain", "gbnf")
+    grammars = {"def term(f, c)" in r.get("grammar", "") for r in requests}
     assert grammars == {True}  # every request carried the term grammar
-    rep = evolve(*common, "--archive", str(tmp_path / "rep.db"), "--llm-base-url",
-                 "http://127.0.0.1:9/v1", "--replay", cwd=tmp_path)
-    assert rep.returncode == 0, rep.stderr[-3000:]
-    _assert_same_archive(tmp_path / "rec.db", tmp_path / "rep.db")
     with sqlite3.connect(tmp_path / "rec.db") as con:
         fitted = con.execute("SELECT count(*) FROM evaluations WHERE kind = 'child' AND "
                              "operator LIKE 'llm:term%' AND loss IS NOT NULL").fetchone()[0]

@@ -12,7 +12,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
+FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
 _DIFF = re.compile(
     r"^[ \t]*<{5,9} ?SEARCH[ \t]*\n(.*?)^[ \t]*={5,9}[ \t]*\n(.*?)^[ \t]*>{5,9} ?REPLACE[ \t]*$",
     re.DOTALL | re.MULTILINE)
@@ -37,7 +37,7 @@ def extract_program(reply: str | None, parent_source: str | None) -> Extracted:
     """
     if reply is None or not reply.strip():
         return Extracted(None, "empty reply", "none")
-    blocks = [body for lang, body in _FENCE.findall(reply)
+    blocks = [body for lang, body in FENCE.findall(reply)
               if lang.lower() in _PY_LANGS and "def step_time" in body]
     if blocks:
         return _checked(blocks[-1], "program")

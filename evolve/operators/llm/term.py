@@ -26,25 +26,23 @@ source, cut).
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Mapping
 
 import numpy as np
 
-from evolve.operators.llm.replies import Extracted
+from evolve.operators.llm.replies import FENCE, Extracted
 from evolve.operators.offline import ast_edit as E
 
 TERM_FN = "term"
 NOTE_PREFIX = "llm:term: "
 MAX_NOTE_CHARS = 100
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
 
 
 def extract_term(reply: str | None) -> Extracted:
     """The last fenced block of ``reply`` that defines ``term(f, c)``, or why there is none."""
     if reply is None or not reply.strip():
         return Extracted(None, "empty reply", "none")
-    blocks = [body for _, body in _FENCE.findall(reply) if f"def {TERM_FN}" in body]
+    blocks = [body for _, body in FENCE.findall(reply) if f"def {TERM_FN}" in body]
     if not blocks:
         return Extracted(None, f"no ```python block with def {TERM_FN}(f, c) in the reply",
                          "none")
@@ -105,14 +103,12 @@ def _term_parts(source: str) -> tuple[ast.expr | None, dict[str, E.ConstDecl], s
     consts: dict[str, E.ConstDecl] = {}
     fn: ast.FunctionDef | None = None
     for stmt in tree.body:
-        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == "CONSTANTS"):
-            try:
-                raw = ast.literal_eval(stmt.value)
-                consts = {str(k): (float(v[0]), float(v[1]), float(v[2]))
-                          for k, v in raw.items()}
-            except (ValueError, TypeError, IndexError, AttributeError, KeyError) as exc:
-                return None, {}, f"term CONSTANTS is not a dict of (init, low, high): {exc}"
+        try:
+            declared = E.constants_of(stmt)
+        except ValueError as exc:
+            return None, {}, f"term {exc}"
+        if declared is not None:
+            consts = declared
         elif isinstance(stmt, ast.FunctionDef) and stmt.name == TERM_FN:
             fn = stmt
     if fn is None:

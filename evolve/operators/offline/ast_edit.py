@@ -94,14 +94,8 @@ def split_module(source: str) -> ModuleParts:
         if (i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
                 and isinstance(stmt.value.value, str)):
             doc = stmt.value.value
-        elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-              and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == "CONSTANTS"):
-            try:
-                raw = ast.literal_eval(stmt.value)
-                constants = {str(k): (float(v[0]), float(v[1]), float(v[2]))
-                             for k, v in raw.items()}
-            except (ValueError, TypeError, IndexError, AttributeError) as exc:
-                raise ValueError(f"CONSTANTS is not a dict of (init, low, high): {exc}") from exc
+        elif (declared := constants_of(stmt)) is not None:
+            constants = declared
         elif isinstance(stmt, ast.FunctionDef):
             functions.append(stmt)
         else:
@@ -109,6 +103,19 @@ def split_module(source: str) -> ModuleParts:
     parts = ModuleParts(doc, constants, functions)
     parts.step_fn()  # raises if missing
     return parts
+
+
+def constants_of(stmt: ast.stmt) -> dict[str, ConstDecl] | None:
+    """The declarations of a ``CONSTANTS = {name: (init, low, high)}`` statement; ``None``
+    for any other statement, ``ValueError`` when the dict is not of triples."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == "CONSTANTS"):
+        return None
+    try:
+        raw = ast.literal_eval(stmt.value)
+        return {str(k): (float(v[0]), float(v[1]), float(v[2])) for k, v in raw.items()}
+    except (ValueError, TypeError, IndexError, AttributeError, KeyError) as exc:
+        raise ValueError(f"CONSTANTS is not a dict of (init, low, high): {exc}") from exc
 
 
 @dataclass(frozen=True)
