@@ -18,9 +18,12 @@ checker's context rules:
   :data:`MAX_TERMS` terms per sum and :data:`MAX_FACTORS` factors per product (unbounded,
   the 135M model nested ``maximum(`` until ``max_tokens`` ran out in 3 of 10 replies).
 
-The *term* form (:func:`term_rules`) is the same language with ``def term(f, c)`` and at
-most :data:`TERM_CONSTANTS` constants: one expression that
-:mod:`evolve.operators.llm.term` adds to the parent's step time.
+The *term* form (:func:`term_rules`) is the body language alone: ``def term(f, c)`` with one
+``return`` reading at most :data:`TERM_CONSTANTS` constants ``c.k0 .. c.k2`` and no
+docstring or ``CONSTANTS`` line (the splice declares them): one expression that
+:mod:`evolve.operators.llm.term` adds to the parent's step time. Why so bare: in the
+recorded replies of the first term grammar the docstring was 17 % of the tokens and the
+``CONSTANTS`` line 36 %, 87 % of its bounds the prompt's example copied (``10.0``).
 
 What it still cannot promise: complexity and the ``where`` count (the checker enforces
 them) and the physics checks at fitting time. Every text it accepts is also accepted by the
@@ -97,10 +100,28 @@ def strict_rules() -> dict[str, Item]:
 
 @lru_cache(maxsize=1)
 def term_rules() -> dict[str, Item]:
-    """The *term* form's rule set: the same module with ``def term(f, c)`` and at most
-    :data:`TERM_CONSTANTS` constants – one expression a small model adds to its parent
-    (:mod:`evolve.operators.llm.term` splices it in)."""
-    return _rules("term", TERM_CONSTANTS)
+    """The *term* form's rule set: ``def term(f, c)`` returning one expression over at most
+    :data:`TERM_CONSTANTS` constants, nothing else – what a small model adds to its parent
+    (:mod:`evolve.operators.llm.term` declares the constants and splices it in)."""
+    n = TERM_CONSTANTS
+    out: dict[str, Item] = {
+        "root": seq(FENCE_OPEN, Ref("program"), FENCE_CLOSE),
+        "program": seq("def term(f, c):\n    return ", Ref(f"expr_n{n}d0"), "\n"),
+        **_leaves(),
+    }
+    for depth in range(MAX_DEPTH + 1):
+        out.update(_expressions(n, depth))
+    return out
+
+
+def _leaves() -> dict[str, Item]:
+    """Numbers, exponents and features: the rules every expression family ends in."""
+    digit = Cls("0-9")
+    return {
+        "number": seq(Rep(digit, 1, 6), opt(seq(".", Rep(digit, 1, 3)))),
+        "exponent": seq(opt("-"), alt(seq(Cls("0-3"), opt(".", digit)), seq("4", opt(".0")))),
+        "feature": seq("f.", alt(*sorted(FEATURE_NAMES, key=lambda s: (-len(s), s)))),
+    }
 
 
 def _rules(fn: str, max_constants: int) -> dict[str, Item]:
@@ -116,9 +137,7 @@ def _rules(fn: str, max_constants: int) -> dict[str, Item]:
         "program": seq(Ref("docline"), alt(*programs)),
         "docline": seq('"""', Rep(Cls('^"\\\\\\n'), 1, DOC_CHARS), '"""\n'),
         "triple": alt(*triples),
-        "number": seq(Rep(digit, 1, 6), opt(frac)),
-        "exponent": seq(opt("-"), alt(seq(Cls("0-3"), opt(".", digit)), seq("4", opt(".0")))),
-        "feature": seq("f.", alt(*sorted(FEATURE_NAMES, key=lambda s: (-len(s), s)))),
+        **_leaves(),
     }
     for n in range(1, max_constants + 1):
         for depth in range(MAX_DEPTH + 1):

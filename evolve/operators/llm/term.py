@@ -6,16 +6,16 @@ parent's physics, and no such program came near its parent's loss (best 0.81 aga
 on seed 7; docs/notes/2026-12-06-llm-operator.md). A small model can still say *what is
 missing* – which feature, in what shape – so in this form it writes only that::
 
-    CONSTANTS = {"k0": (1.5, 0.0, 10.0)}
-
     def term(f, c):
         return c.k0 * f.kv_read
 
 and :func:`splice_term` returns the parent with ``+ (term)`` added to ``step_time``'s
-return value, the term's constants renamed to fresh ``t1, t2, ...``. The child keeps
-everything the parent had, its constants starting at the parent's fitted values, and a
-term that vanishes with its constants at their lower bound starts there: the child's fit
-then starts at its parent's loss.
+return value, the term's constants renamed to fresh ``t1, t2, ...``. Constants the reply
+does not declare (the term grammar has no ``CONSTANTS`` line) get the offline edits'
+bounds for a new coefficient, by the unit of the features beside them (:func:`auto_decl`).
+The child keeps everything the parent had, its constants starting at the parent's fitted
+values, and a term that vanishes with its constants at their lower bound starts there: the
+child's fit then starts at its parent's loss.
 
 Untrusted text: the reply is parsed with ``ast`` only; what is spliced is the term's
 expression tree and its constant triples, and the result goes through the same checker as
@@ -32,6 +32,7 @@ import numpy as np
 
 from evolve.operators.llm.replies import FENCE, Extracted
 from evolve.operators.offline import ast_edit as E
+from evolve.operators.offline.mutations import DEFAULT_TERM_BOUNDS, TERM_BOUNDS, UNITS
 
 TERM_FN = "term"
 NOTE_PREFIX = "llm:term: "
@@ -73,7 +74,7 @@ def splice_term(parent_source: str, term_source: str,
         values = [g[name] for _, g in sorted((fitted or {}).items()) if name in g]
         if values:
             parent.constants[name] = (float(np.clip(np.median(values), low, high)), low, high)
-    term, consts, error = _term_parts(term_source)
+    term, consts, declared, error = _term_parts(term_source)
     if error:
         return None, error
     assert term is not None
@@ -83,6 +84,9 @@ def splice_term(parent_source: str, term_source: str,
         return None, "parent's step_time does not end in a return of a value"
     if _vanishes_at_zero(term, consts):  # start where adding it changes nothing
         consts = {k: (low, low, high) for k, (_, low, high) in consts.items()}
+    else:  # an undeclared constant starts at 1 (a scale), a declared one where it said
+        consts = {k: (1.0 if k not in declared else init, low, high)
+                  for k, (init, low, high) in consts.items()}
     mapping: dict[str, str] = {}
     for name, decl in consts.items():
         fresh = E.fresh_name("t", parent.constants)
@@ -94,35 +98,57 @@ def splice_term(parent_source: str, term_source: str,
     return parent.render(), None
 
 
-def _term_parts(source: str) -> tuple[ast.expr | None, dict[str, E.ConstDecl], str | None]:
-    """The term's returned expression and its constants, checked for the layout only."""
+_Parts = tuple[ast.expr | None, dict[str, E.ConstDecl], set[str], str | None]
+
+
+def _term_parts(source: str) -> _Parts:
+    """The term's returned expression, its constants (the declared ones, then the rest in
+    order of first use, :func:`auto_decl`), the names it declared, or why not: the layout
+    only, the checker judges the child."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return None, {}, f"term is not valid Python: {exc.msg}"
+        return None, {}, set(), f"term is not valid Python: {exc.msg}"
     consts: dict[str, E.ConstDecl] = {}
     fn: ast.FunctionDef | None = None
     for stmt in tree.body:
         try:
             declared = E.constants_of(stmt)
         except ValueError as exc:
-            return None, {}, f"term {exc}"
+            return None, {}, set(), f"term {exc}"
         if declared is not None:
             consts = declared
         elif isinstance(stmt, ast.FunctionDef) and stmt.name == TERM_FN:
             fn = stmt
     if fn is None:
-        return None, {}, f"no def {TERM_FN}(f, c) in the reply"
+        return None, {}, set(), f"no def {TERM_FN}(f, c) in the reply"
     body = [s for s in fn.body if not (isinstance(s, ast.Expr)
                                        and isinstance(s.value, ast.Constant))]
     if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
-        return None, {}, f"{TERM_FN}(f, c) must be a single return of an expression"
+        return None, {}, set(), f"{TERM_FN}(f, c) must be a single return of an expression"
     expr = body[0].value
-    unknown = sorted(set(E.const_refs(expr)) - set(consts))
-    if unknown:
-        return None, {}, f"term reads undeclared constant(s): {', '.join(unknown)}"
-    used = [k for k in consts if k in set(E.const_refs(expr))]
-    return expr, {k: consts[k] for k in used}, None
+    refs = list(dict.fromkeys(E.const_refs(expr)))
+    out = {k: consts[k] for k in consts if k in refs}
+    out.update({k: auto_decl(expr, k) for k in refs if k not in consts})
+    return expr, out, set(consts) & set(refs), None
+
+
+def auto_decl(expr: ast.expr, name: str) -> E.ConstDecl:
+    """Bounds for constant ``name`` the term did not declare: those of the offline edits'
+    new coefficient (:data:`TERM_BOUNDS`), by the unit of the features in the smallest
+    part of ``expr`` holding both the constant and a feature – a scale on µs features,
+    µs per request / token / layer otherwise. Its init is set by the splice."""
+    parent: dict[ast.AST, ast.AST] = {}
+    for up in ast.walk(expr):
+        for child in ast.iter_child_nodes(up):
+            parent[child] = up
+    node: ast.AST | None = next((n for n in ast.walk(expr)
+                                 if E.is_param_attr(n, E.CONST_PARAM) and n.attr == name),
+                                None)
+    while node is not None and not E.feature_nodes(node):
+        node = parent.get(node)
+    units = {UNITS.get(a.attr) for a in E.feature_nodes(node)} if node is not None else set()
+    return TERM_BOUNDS["us"] if units == {"us"} else DEFAULT_TERM_BOUNDS
 
 
 _BINARY = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply,

@@ -16,8 +16,9 @@ from evolve.operators.llm.term import extract_term, splice_term
 from evolve.program.grammar_strict import strict_gbnf, term_gbnf, term_lark
 from evolve.program.language import parse_program
 
-TERM = ('"""KV reads the parent misses."""\nCONSTANTS = {"k0": (1.5, 0.0, 10.0), '
-        '"k1": (0.5, 0.0, 1.0)}\n\ndef term(f, c):\n    return c.k0 * f.kv_read + c.k1\n')
+TERM = "def term(f, c):\n    return c.k0 * f.kv_read + c.k1\n"  # what the grammar allows
+DECLARED = ('"""KV reads the parent misses."""\nCONSTANTS = {"k0": (1.5, 0.0, 10.0), '
+            '"k1": (0.5, 0.0, 1.0)}\n\ndef term(f, c):\n    return c.k0 * f.kv_read + c.k1\n')
 
 
 def test_a_term_is_added_to_the_parents_return_with_fresh_constants():
@@ -35,13 +36,30 @@ def test_a_term_is_added_to_the_parents_return_with_fresh_constants():
 
 
 def test_a_term_that_vanishes_at_zero_starts_there_and_others_keep_their_inits():
-    child, _ = splice_term(ROOFLINE, TERM)  # c.k0 * f.kv_read + c.k1: 0 at k = 0
-    inits = {c.name: c.init for c in parse_program(str(child)).constants}
-    assert inits["t1"] == 0.0 and inits["t2"] == 0.0
+    for term in (TERM, DECLARED):  # c.k0 * f.kv_read + c.k1: 0 at k = 0
+        inits = {c.name: c.init for c in parse_program(str(splice_term(ROOFLINE, term)[0]))
+                 .constants}
+        assert inits["t1"] == 0.0 and inits["t2"] == 0.0
     shifted = ('CONSTANTS = {"k0": (2.5, 0.0, 10.0)}\n\ndef term(f, c):\n'
                '    return f.kv_read / c.k0\n')  # 0 would divide by zero: the model's init
     child, _ = splice_term(ROOFLINE, shifted)
     assert {c.name: c.init for c in parse_program(str(child)).constants}["t1"] == 2.5
+    child, _ = splice_term(ROOFLINE, "def term(f, c):\n    return f.kv_read / c.k0\n")
+    assert {c.name: c.init for c in parse_program(str(child)).constants}["t1"] == 1.0
+
+
+def test_undeclared_constants_get_bounds_by_the_unit_of_the_features_beside_them():
+    term = ("def term(f, c):\n    return c.k0 * f.kv_read + c.k1 * f.batch_size + c.k2"
+            " * (f.dc_attn + f.prefill_tokens)\n")
+    child, error = splice_term(ROOFLINE, term)
+    assert error is None
+    bounds = {c.name: (c.low, c.high) for c in parse_program(str(child)).constants}
+    assert bounds["t1"] == (0.0, 10.0)  # a scale on a µs feature
+    assert bounds["t2"] == (0.0, 1000.0)  # µs per request
+    assert bounds["t3"] == (0.0, 1000.0)  # mixed units: the wider
+    declared = {c.name: (c.low, c.high)
+                for c in parse_program(str(splice_term(ROOFLINE, DECLARED)[0])).constants}
+    assert declared["t2"] == (0.0, 1.0)  # a declared constant keeps its bounds
 
 
 def test_the_parents_constants_start_at_their_fitted_median_within_bounds():
@@ -68,8 +86,6 @@ def test_a_second_term_replaces_the_note_and_takes_the_next_names():
 
 
 @pytest.mark.parametrize("term, why", [
-    ('CONSTANTS = {"k0": (1.0, 0.0, 10.0)}\ndef term(f, c):\n    return c.k3 * f.kv_read\n',
-     "undeclared"),
     ('CONSTANTS = {"k0": (1.0, 0.0, 10.0)}\ndef term(f, c):\n    x = 1.0\n    return x\n',
      "single return"),
     ('CONSTANTS = {"k0": 1.0}\ndef term(f, c):\n    return c.k0\n', "CONSTANTS"),
@@ -91,12 +107,12 @@ def test_extract_takes_the_last_fenced_term_and_refuses_prose():
 def test_the_term_grammar_accepts_terms_and_not_programs():
     parser = Lark(term_lark(fenced=False), start="start", parser="earley")
     parser.parse(TERM)
-    with pytest.raises(LarkError):
-        parser.parse(TERM.replace("def term", "def step_time"))
-    with pytest.raises(LarkError):  # four constants: above the term's cap
-        parser.parse('"""x"""\nCONSTANTS = {"k0": (1.0, 0.0, 10.0), "k1": (1.0, 0.0, 10.0), '
-                     '"k2": (1.0, 0.0, 10.0), "k3": (1.0, 0.0, 10.0)}\n\ndef term(f, c):\n'
-                     '    return c.k3\n')
+    parser.parse("def term(f, c):\n    return c.k2 * maximum(f.kv_read, c.k0)\n")
+    for bad in (TERM.replace("def term", "def step_time"),
+                DECLARED,  # no docstring, no CONSTANTS: the splice declares them
+                "def term(f, c):\n    return c.k3 * f.kv_read\n"):  # above the cap
+        with pytest.raises(LarkError):
+            parser.parse(bad)
     assert term_gbnf().startswith("root ::=") and term_gbnf() != strict_gbnf()
 
 
@@ -141,4 +157,5 @@ def test_an_endpoints_term_becomes_a_child_of_its_parent(serve):
     assert "def term(f, c)" in req["grammar"] and "def step_time" not in req["grammar"]
     system, user = (m["content"] for m in req["messages"])
     assert "ADDED" in system and "Where it errs most" in user
+    assert "CONSTANTS" not in user  # the parent's functions only: the term adds to them
     assert str(parent.program.source).strip().splitlines()[-1].strip() in user
