@@ -83,7 +83,12 @@ COMPACT_TOKEN_CAP = 1500  # real tokens the compact profile stays under
 # ...enforced on the *estimate* with a margin: small-vocabulary tokenizers split digits one
 # by one, and SmolLM2 counted 1,537 tokens where estimate_tokens said 1,331.
 COMPACT_ESTIMATE_CAP = 1200
-TERM_BATCH_ROWS = 3  # rows of the parent's worst-runs table (sim / meas) in a term prompt
+# rows of where the parent errs most (sim / meas) in a term prompt: none, since with run
+# names each row is ~60 tokens and the table was 45 % of a term prompt's user part, which
+# llama.cpp reads anew on every request (the system part is reused)
+TERM_BATCH_ROWS = 0
+# a run name's date-time prefix (``20260217-231439-``): the model needs the run, not when
+_RUN_STAMP = re.compile(r"(?<![\w.-])\d{8}-\d{6}-(?=[a-z])")
 Profile = Literal["full", "compact"]
 
 
@@ -245,7 +250,8 @@ def build_prompt(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[P
 def _compact(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Parent],
              cap: int, heldout: Collection[str], form: str = "program") -> Prompt:
     """The compact profile: one parent, its worst runs, at most one other program (the
-    term form: and the rows of where the parent errs most, :data:`TERM_BATCH_ROWS`)."""
+    term form: the programs' functions only, run names without their date-time prefix,
+    and :data:`TERM_BATCH_ROWS` rows of where the parent errs most)."""
     system = compact_system_prompt(form)
     cap = min(cap, COMPACT_ESTIMATE_CAP)
     others = list(parents[1:]) or list(inspirations[:1])
@@ -276,6 +282,10 @@ def _compact(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Paren
             raise PromptTooLarge(f"compact {kind} prompt needs {tokens} tokens; "
                                  f"prompt_token_cap is {cap}")
     _check_no_heldout(system + "\n" + user, heldout)
+    if form == "term":
+        user = _RUN_STAMP.sub("", user)
+        _check_no_heldout(user, {_RUN_STAMP.sub("", name) for name in heldout})
+        tokens = estimate_tokens(system) + estimate_tokens(user)
     cuts = {"error_rows": COMPACT_ERROR_ROWS - rows} if rows < COMPACT_ERROR_ROWS else {}
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     return Prompt(kind, messages, tokens, cuts)

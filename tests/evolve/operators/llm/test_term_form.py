@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from lark import Lark
 from lark.exceptions import LarkError
-from llm_server import ROOFLINE, Reply, fenced, llm_config, make_parent
+from llm_server import HELDOUT_RUNS, ROOFLINE, Reply, fenced, llm_config, make_parent
 
 from evolve.config.llm import LLMConfig
 from evolve.operators.llm.cassette import canonical_request
@@ -156,6 +156,22 @@ def test_an_endpoints_term_becomes_a_child_of_its_parent(serve):
     (req,) = seen
     assert "def term(f, c)" in req["grammar"] and "def step_time" not in req["grammar"]
     system, user = (m["content"] for m in req["messages"])
-    assert "ADDED" in system and "Where it errs most" in user
+    assert "ADDED" in system and "Its worst training runs" in user
     assert "CONSTANTS" not in user  # the parent's functions only: the term adds to them
+    assert "| llama-2-70b-tp4-general |" in user and "20260217" not in user  # short names
     assert str(parent.program.source).strip().splitlines()[-1].strip() in user
+
+
+def test_a_term_prompt_with_short_run_names_still_refuses_a_held_out_run():
+    """Run names lose their date-time prefix in a term prompt; the held-out check looks for
+    the short names too, so a held-out run cannot slip in without its prefix."""
+    from dataclasses import replace
+
+    from evolve.operators.llm.prompting import HeldoutLeak, build_prompt
+    parent = make_parent()
+    prompt = build_prompt("mutate", [parent], [], 4000, HELDOUT_RUNS, "compact", "term")
+    assert "| codellama-34b-tp2-general |" in prompt.messages[1]["content"]
+    short = HELDOUT_RUNS[0].split("-", 2)[2]  # llama-2-7b-tp1-general
+    leaky = replace(parent, rejections=(f"too slow on {short}",))
+    with pytest.raises(HeldoutLeak, match=short):
+        build_prompt("mutate", [leaky], [], 4000, HELDOUT_RUNS, "compact", "term")
