@@ -68,7 +68,9 @@ def llama_threads(workers: int, cpus: int | None = None) -> int:
     least 1. Why: ggml's threads spin while they wait, so on a machine the fits already
     fill, a second llama.cpp thread takes CPU from the fits without speeding the reply
     (2 cores, 2 workers, seed 7, 10 generations mixed: 8.7 min with 2 threads, 7.9 with 1,
-    the same archive; docs/notes/2026-12-06-llm-operator.md)."""
+    the same archive; docs/notes/2026-12-06-llm-operator.md). The prompt's threads
+    (``n_threads_batch``, llama-cpp-python's default: every CPU) too: with the default the
+    server took up to 133 % of the 2 CPUs while reading a prompt beside 2 fitting workers."""
     n = cpus if cpus is not None else (os.cpu_count() or 1)
     return max(1, n - max(0, workers))
 
@@ -127,7 +129,8 @@ class LocalServer:
         cmd = [sys.executable, "-m", "evolve.operators.llm.local.launch", "--model", str(self.gguf),
                "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
                "--n_ctx", str(self.n_ctx), "--seed", str(self.seed),
-               "--n_threads", str(self.threads), "--verbose", "False"]
+               "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
+               "--verbose", "False"]
         if self._log is None:
             self._log = tempfile.TemporaryFile(prefix="evolve-llama-")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
