@@ -46,13 +46,14 @@ BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1,
                                           ("operator", "llm_share"): 1.0,
                                           ("operator", "repairs"): 0,
                                           ("operator", "overlap"): False,
+                                          ("operator", "lookahead"): 1,
                                           ("run", "step_noise"): 0.0,
                                           ("loss", "ttft_p90_steady"): 0.0,
                                           ("loss", "ttft_p99_steady"): 0.0,
                                           ("loss", "e2e_p99_steady"): 0.0}
 # [operator] keys of the LLM operator (issue 59): an offline run does not store them, so it
 # stores the configuration (and archive digest) it stored before they existed
-OPERATOR_LLM_KEYS = ("llm_share", "repairs", "overlap")
+OPERATOR_LLM_KEYS = ("llm_share", "repairs", "overlap", "lookahead")
 SEED_LIMIT = 2**63  # run seeds are in [0, SEED_LIMIT): an archive stores one as 64-bit
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
@@ -215,6 +216,11 @@ class OperatorSection:
     overlap: bool = _doc(
         True, "kind llm: send generation g+1's LLM requests (planned from generation g's "
         "parents) while generation g fits and judges")
+    lookahead: int = _doc(
+        2, "kind llm with overlap: generations whose LLM requests are in flight while one "
+        "fits (1: the next only; 2: the next two, both planned from the parents of their "
+        "generation minus 2 at the latest, so a generation with many LLM children does not "
+        "stall the fits; docs/llm.md)")
 
 
 @dataclass
@@ -412,6 +418,7 @@ def validate(cfg: Config, source: str = "<config>") -> Config:
         "operator.llm_share": (fin(cfg.operator.llm_share)
                                and 0.0 <= cfg.operator.llm_share <= 1.0, "a number in [0, 1]"),
         "operator.repairs": (0 <= cfg.operator.repairs <= 3, "an integer in [0, 3]"),
+        "operator.lookahead": (1 <= cfg.operator.lookahead <= 4, "an integer in [1, 4]"),
         "fit.window_steps": (cfg.fit.window_steps >= 1, "an integer >= 1")}
     for key, (ok, allowed) in ranges.items():
         if not ok:

@@ -27,9 +27,11 @@ Why it is shaped this way:
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,7 @@ from evolve.assess.splits import assign_splits
 from evolve.config.llm import LLMConfig
 from evolve.config.schema import Config
 from evolve.errors import ArchiveError, BudgetExhausted, LLMUnavailable
-from evolve.operators.base import Operator
+from evolve.operators.base import Operator, Proposal
 from evolve.program.language import parse_program
 from evolve.search import final_scores, stopping
 from evolve.search.books import Books
@@ -237,9 +239,13 @@ class Search:
         if g == 0:
             return generation_zero(books, ctx, cfg, self.pool, self.seeds, self.log)
         parents, insp = choose(books, cfg, g)
+        prefetch = getattr(self.operator, "prefetch", None)
+        propose: Callable[..., list[Proposal]] = self.operator.propose
+        if prefetch is not None:  # the mixed operator: it collects generation g's batch
+            propose = functools.partial(propose, generation=g)
         try:
-            proposals = self.operator.propose(parents, insp, generation_rng(
-                cfg.run.seed, g, PURPOSE_OPERATOR), cfg.search.children)
+            proposals = propose(parents, insp, generation_rng(cfg.run.seed, g, PURPOSE_OPERATOR),
+                                cfg.search.children)
         except BudgetExhausted as exc:  # the LLM operator's own budget
             raise _Stop("llm_budget") from exc
         except LLMUnavailable as exc:  # endpoint gone, on_failure = stop
@@ -255,11 +261,11 @@ class Search:
             why = Counter(p.error or "no program" for p in asked).most_common(2)
             self.log(f"generation {g}: none of the {len(asked)} {'LLM ' * mixed}proposals "
                      "held a program (" + ", ".join(f"{n} x {r}" for r, n in why) + ")")
-        prefetch = getattr(self.operator, "prefetch", None)
-        if prefetch is not None and g < cfg.run.generations:
-            # overlap: the next generation's LLM requests run while this one fits
-            prefetch(parents, insp, generation_rng(cfg.run.seed, g + 1, PURPOSE_OPERATOR),
-                     cfg.search.children)
+        if prefetch is not None:
+            # overlap: the next generations' LLM requests run while this one fits
+            for t in range(g + 1, min(g + cfg.operator.lookahead, cfg.run.generations) + 1):
+                prefetch(parents, insp, generation_rng(cfg.run.seed, t, PURPOSE_OPERATOR),
+                         cfg.search.children, generation=t)
         rows = books.llm_rows(g, proposals)
         rows += evaluate_children(books, self.pool, cfg, g, proposals, ctx.probe)
         rows += maybe_refresh(books, ctx, cfg, self.pool, g, self.log)

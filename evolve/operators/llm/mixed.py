@@ -13,13 +13,17 @@ primary parent is ``parents[i % len(parents)]`` whichever operator makes it (eac
 gets the parents reordered so its children's primaries come first).
 
 Overlap (``overlap=True``): after the loop has the proposals of generation ``g``, it calls
-:meth:`MixedOperator.prefetch` with generation ``g``'s parents and generation ``g + 1``'s
-stream; the LLM requests of ``g + 1`` are planned then (from ``g``'s parents) and sent on
-a background thread while ``g`` fits and judges. :meth:`propose` of ``g + 1`` collects them
-and accounts them in request order. A recorded run and its cassette replay make the same
-plans, so their archives are identical. A resumed run has no batch in flight: its first
-generation plans its LLM requests from its own parents (that generation's LLM children
-differ from an uninterrupted run's; docs/llm.md).
+:meth:`MixedOperator.prefetch` with generation ``g``'s parents for each generation
+``g + 1 .. g + lookahead`` not planned yet (``operator.lookahead``); their LLM requests are
+planned then (from ``g``'s parents) and sent, in generation order, on one background thread
+while ``g`` fits and judges. :meth:`propose` of generation ``t`` collects ``t``'s batch and
+accounts it in request order. Why more than one ahead: the LLM children per generation
+vary (a binomial draw), and with one batch ahead a generation with four or five of them
+left both fitting workers idle while the model finished (2 cores, seed 1: 14-17 s a
+generation); with two, the model works through the next batch instead. A recorded run and
+its cassette replay make the same plans, so their archives are identical. A resumed run
+has no batch in flight: its first generations plan their LLM requests from their own
+parents (those LLM children differ from an uninterrupted run's; docs/llm.md).
 """
 
 from __future__ import annotations
@@ -72,7 +76,9 @@ class MixedOperator:
         self.llm, self.offline, self.share, self.overlap = llm, offline, float(share), overlap
         llm.fail_batches = FAIL_BATCHES
         self._pool: ThreadPoolExecutor | None = None
-        self._ahead: tuple[list[Any], Future[Any]] | None = None
+        # generation -> its batch in flight; None keys: batches of callers that give none
+        self._ahead: dict[int | None, tuple[list[Any], Future[Any]]] = {}
+        self._planned: set[int] = set()  # generations whose LLM part prefetch has planned
         self.prefetched = 0  # batches sent ahead of their generation (and collected)
 
     def attach_journal(self, journal: ExchangeStore) -> None:
@@ -86,20 +92,24 @@ class MixedOperator:
         return self.llm.fallen_back
 
     def close(self) -> None:
-        if self._ahead is not None:
-            self._ahead[1].cancel()
-            self._ahead = None
+        for _, future in self._ahead.values():
+            future.cancel()
+        self._ahead.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         self.llm.close()
 
     def propose(self, parents: Sequence[Parent], inspirations: Sequence[Parent],
-                rng: np.random.Generator, n: int) -> list[Proposal]:
+                rng: np.random.Generator, n: int, generation: int | None = None
+                ) -> list[Proposal]:
+        """``n`` children; the LLM's are generation ``generation``'s batch sent ahead when
+        there is one (``None``: the batch prefetched without a generation), else asked
+        now from ``parents``."""
         if not parents:
             raise ValueError("MixedOperator.propose needs at least one parent")
         llm_idx, off_idx, llm_rng, off_rng = split(rng, n, self.share)
-        ahead, self._ahead = self._ahead, None
+        ahead = self._ahead.pop(generation, None)
         out: list[Proposal | None] = [None] * n
         if llm_idx:
             if ahead is not None and not self.llm.fallen_back:
@@ -121,14 +131,18 @@ class MixedOperator:
         return [p for p in out if p is not None]
 
     def prefetch(self, parents: Sequence[Parent], inspirations: Sequence[Parent],
-                 rng: np.random.Generator, n: int) -> None:
-        """Plan the next generation's LLM requests now, from these ``parents`` and the next
-        generation's stream ``rng``, and send them on a background thread; the next
-        :meth:`propose` collects them. Nothing is sent when overlap is off, the operator
-        fell back to offline, or a budget is spent (the next propose then says so)."""
-        if (not self.overlap or not parents or self.llm.fallen_back
-                or not self.llm.budget_left()):
+                 rng: np.random.Generator, n: int, generation: int | None = None) -> None:
+        """Plan generation ``generation``'s LLM requests now, from these ``parents`` and that
+        generation's stream ``rng``, and send them on the background thread (after the
+        batches already there); :meth:`propose` of that generation collects them. A
+        generation planned before is left alone. Nothing is sent when overlap is off, the
+        operator fell back to offline, or a budget is spent (the generation's propose then
+        asks or says so); a budget may be passed by the batches in flight."""
+        if (generation in self._planned or not self.overlap or not parents
+                or self.llm.fallen_back or not self.llm.budget_left()):
             return
+        if generation is not None:
+            self._planned.add(generation)
         llm_idx, _, llm_rng, _ = split(rng, n, self.share)
         if not llm_idx:
             return
@@ -136,7 +150,7 @@ class MixedOperator:
                               len(llm_idx))
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-ahead")
-        self._ahead = (plans, self._pool.submit(self.llm.send, plans, False))
+        self._ahead[generation] = (plans, self._pool.submit(self.llm.send, plans, False))
 
 
 def build_mixed_operator(llm: LLMOperator, offline: Operator, share: float,

@@ -89,6 +89,8 @@ COMPACT_ESTIMATE_CAP = 1200
 TERM_BATCH_ROWS = 0
 # a run name's date-time prefix (``20260217-231439-``): the model needs the run, not when
 _RUN_STAMP = re.compile(r"(?<![\w.-])\d{8}-\d{6}-(?=[a-z])")
+# a fitting window's suffix (``@840-960s``): in a term prompt each run has one window
+_WINDOW = re.compile(r"@\d+-\d+s\b")
 Profile = Literal["full", "compact"]
 
 
@@ -262,6 +264,8 @@ def _compact(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Paren
         (columns, table), _ = _error_rows(parents[:1], rows)
         columns = columns[:2]  # E2E and TTFT: what the loss is made of
         table = [dict(r, cells=r["cells"][:2]) for r in table]
+        if form == "term":
+            table = _term_rows(table)
         view = _functions_only if form == "term" else _short_doc
         other = view(_program_view(others[0])) if others else None
         user = _env().get_template(template).render(
@@ -284,11 +288,36 @@ def _compact(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Paren
     _check_no_heldout(system + "\n" + user, heldout)
     if form == "term":
         user = _RUN_STAMP.sub("", user)
-        _check_no_heldout(user, {_RUN_STAMP.sub("", name) for name in heldout})
+        _check_no_heldout(user, {_run_label(name) for name in heldout})
         tokens = estimate_tokens(system) + estimate_tokens(user)
     cuts = {"error_rows": COMPACT_ERROR_ROWS - rows} if rows < COMPACT_ERROR_ROWS else {}
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     return Prompt(kind, messages, tokens, cuts)
+
+
+def _run_label(name: str) -> str:
+    """A run as a term prompt names it: without its date-time prefix and window suffix."""
+    return _WINDOW.sub("", _RUN_STAMP.sub("", name))
+
+
+def _term_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The error rows of a term prompt: run labels (:func:`_run_label`, unless two rows
+    would share one) and whole percents. Why: digits are a token each in SmolLM2's
+    vocabulary, and the table was 160 of a term prompt's ~400 user tokens, which llama.cpp
+    reads anew on every request; a sign and a size are what a term can act on."""
+    labels = [_run_label(r["name"]) for r in rows]
+    if len(set(labels)) < len(labels):
+        labels = [r["name"] for r in rows]
+    return [dict(r, name=label, cells=[_WHOLE.sub(_whole, c) for c in r["cells"]])
+            for r, label in zip(rows, labels, strict=True)]
+
+
+_WHOLE = re.compile(r"([+-]?)(\d+\.\d+)%")
+
+
+def _whole(m: re.Match[str]) -> str:
+    """``+35.4%`` -> ``+35%``, ``97.6%`` -> ``98%`` (a sign only where there was one)."""
+    return f"{m.group(1)}{round(float(m.group(2)))}%"
 
 
 _DOC = re.compile(r'\A(\s*)("""|\'\'\')(.*?)\2', re.DOTALL)

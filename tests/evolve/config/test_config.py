@@ -59,6 +59,7 @@ def test_stored_dict_round_trip():
     ("[split]\nmode = 'random'\n", "key 'split.mode'"),
     ("[search]\nchildren = 0\n", "key 'search.children' out of range"),
     ("[fit]\nstarts = 0\n", "key 'fit.starts' out of range"),
+    ("[operator]\nlookahead = 0\n", "key 'operator.lookahead' out of range"),
     ("[llm]\ntemperture = 1.0\n", "unknown key 'llm.temperture'"),
     ("[llm]\ncassette_mode = 'replay'\n", "section 'llm'"),
     ("run = 3\n", "key 'run' must be a table"),

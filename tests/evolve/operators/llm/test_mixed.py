@@ -87,6 +87,24 @@ def test_overlap_sends_the_next_batch_early_and_applies_it_in_request_order(serv
     ahead.close()
 
 
+def test_two_generations_ahead_each_collect_their_own_batch(serve):
+    server = serve(lambda req, n: Reply(content=fenced(program_for(int(req["seed"])))))
+    ahead = MixedOperator(LLMOperator(llm_config(server)), OfflineOperator(), 0.6)
+    for g in (2, 3, 2):  # generation 2 asked for twice: planned and sent once
+        ahead.prefetch(parents(), [], generation_rng(7, g, PURPOSE_OPERATOR), 8, generation=g)
+    n_llm = [len(split(generation_rng(7, g, PURPOSE_OPERATOR), 8, 0.6)[0]) for g in (2, 3)]
+    got = {g: ahead.propose(parents(), [], generation_rng(7, g, PURPOSE_OPERATOR), 8,
+                            generation=g) for g in (3, 2)}  # collected in any order
+    assert ahead.prefetched == 2 and len(server.requests) == sum(n_llm)
+    plain = MixedOperator(LLMOperator(llm_config(server)), OfflineOperator(), 0.6,
+                          overlap=False)
+    for g in (2, 3):  # the same children as asking at the generation, from these parents
+        again = plain.propose(parents(), [], generation_rng(7, g, PURPOSE_OPERATOR), 8)
+        assert [(p.operator, p.source) for p in got[g]] == [
+            (p.operator, p.source) for p in again]
+    ahead.close()
+
+
 def test_no_batch_is_sent_ahead_without_overlap_or_llm_children(serve):
     server = serve()
     op = MixedOperator(LLMOperator(llm_config(server)), OfflineOperator(), 0.0)
@@ -110,9 +128,12 @@ def test_runs_stored_before_mixing_load_as_the_llm_alone():
     stored["llm"]["model"] = "m"
     cfg = Config.from_dict(stored)
     assert (cfg.operator.llm_share, cfg.operator.repairs, cfg.operator.overlap) == (1.0, 0, False)
+    stored["operator"] = {"kind": "llm", "llm_share": 0.25, "overlap": True}  # before lookahead
+    assert Config.from_dict(stored).operator.lookahead == 1  # one batch ahead, as it ran
     fresh = Config()
     fresh.operator.kind = "llm"
     assert fresh.stored_dict()["operator"]["llm_share"] == pytest.approx(0.25)
+    assert fresh.stored_dict()["operator"]["lookahead"] == 2
 
 
 def test_mixed_falls_back_only_after_consecutive_failed_batches(serve):

@@ -175,3 +175,25 @@ def test_a_term_prompt_with_short_run_names_still_refuses_a_held_out_run():
     leaky = replace(parent, rejections=(f"too slow on {short}",))
     with pytest.raises(HeldoutLeak, match=short):
         build_prompt("mutate", [leaky], [], 4000, HELDOUT_RUNS, "compact", "term")
+
+
+def test_a_term_prompts_table_names_runs_without_window_and_gives_whole_percents():
+    """Digits are a token each for a small model: the term table drops the run's window
+    suffix and the APE's decimals (160 of ~400 user tokens before); a held-out run named
+    so is still refused."""
+    from dataclasses import replace
+
+    from evolve.operators.llm.prompting import HeldoutLeak, build_prompt
+    windowed = {f"{name}@840-960s": {**m, "pred_e2e_mean": 1.0, "meas_e2e_mean": 2.0}
+                for name, m in make_parent().train_errors.items()}
+    parent = replace(make_parent(), train_errors=windowed)
+    user = build_prompt("mutate", [parent], [], 4000, HELDOUT_RUNS, "compact",
+                        "term").messages[1]["content"]
+    assert "| llama-2-70b-tp4-general | -21% | 44% |" in user  # signed where it can be
+    assert "@840-960s" not in user and ".4%" not in user
+    full = build_prompt("mutate", [parent], [], 4000, HELDOUT_RUNS, "compact", "program")
+    assert "@840-960s" in full.messages[1]["content"]  # the program form keeps them
+    label = HELDOUT_RUNS[1].split("-", 2)[2]  # codellama-34b-tp2-reasoning
+    leaky = replace(parent, rejections=(f"too fast on {label}",))
+    with pytest.raises(HeldoutLeak, match=label):
+        build_prompt("mutate", [leaky], [], 4000, HELDOUT_RUNS, "compact", "term")
