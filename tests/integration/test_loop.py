@@ -114,6 +114,7 @@ def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
     with LLMServer(responder, lifetime_s=170) as server:
         summary, tables = run_tiny(
             tmp_path / "f.db", operator__kind="llm", operator__llm_share=1.0,
+            operator__lookahead=1,  # one batch ahead: what is served is exact, not timing
             llm__model="test-model",
             llm__base_url=server.base_url, llm__api_key_env="EVOLVE_TEST_NO_SUCH_KEY",
             llm__retries=1, llm__timeout_s=10.0, llm__max_total_tokens=500)
@@ -124,6 +125,27 @@ def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
     assert len(calls) == served == 6 and {c["model"] for c in calls} == {"test-model"}
     assert {c["prompt_tokens"] + c["completion_tokens"] for c in calls} == {100}
     assert "latency_s" not in calls[0]  # wall clock is left out of comparisons
+
+
+def test_batches_sent_ahead_past_a_token_budget_are_never_archived(tmp_path):
+    """Two batches ahead (the default lookahead): generation 3's batch is sent at
+    generation 1, before the budget is crossed in generation 2. The run still stops there
+    and archives only what it used; the endpoint may have answered up to that batch more."""
+    from llm_server import LLMServer, Reply, fenced, program_for
+
+    def responder(request: dict, n: int) -> Reply:
+        return Reply(content=fenced(program_for(int(request.get("seed") or n))),
+                     prompt_tokens=60, completion_tokens=40)
+
+    with LLMServer(responder, lifetime_s=170) as server:
+        summary, tables = run_tiny(
+            tmp_path / "g.db", operator__kind="llm", operator__llm_share=1.0,
+            llm__model="test-model", llm__base_url=server.base_url,
+            llm__api_key_env="EVOLVE_TEST_NO_SUCH_KEY", llm__retries=1, llm__timeout_s=10.0,
+            llm__max_total_tokens=500)
+        served = len(server.requests)
+    assert summary.status == "stopped:llm_tokens" and summary.generations_done == 2
+    assert len(tables["llm_calls"]) == 6 and 6 <= served <= 9
 
 
 def test_an_llm_that_never_gives_a_program_is_said_so(tmp_path):
