@@ -101,10 +101,9 @@ def test_rejections_are_stored_with_reasons(reference):
             assert e["status"] == "rejected" and e["n_evals"] == 0
 
 
-def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
-    """The LLM operator against a real OpenAI-compatible server on 127.0.0.1
-    (tests/support/llm_server.py), whose usage figures make every reply cost 100 tokens: each call
-    is archived, and the run stops once the token budget is spent."""
+def _budget_run(db, **overrides):
+    """A tiny LLM-only run against a real server on 127.0.0.1 whose every reply costs 100
+    tokens, with a 500-token budget: (summary, tables, requests the server answered)."""
     from llm_server import LLMServer, Reply, fenced, program_for
 
     def responder(request: dict, n: int) -> Reply:
@@ -113,12 +112,18 @@ def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
 
     with LLMServer(responder, lifetime_s=170) as server:
         summary, tables = run_tiny(
-            tmp_path / "f.db", operator__kind="llm", operator__llm_share=1.0,
-            operator__lookahead=1,  # one batch ahead: what is served is exact, not timing
-            llm__model="test-model",
+            db, operator__kind="llm", operator__llm_share=1.0, llm__model="test-model",
             llm__base_url=server.base_url, llm__api_key_env="EVOLVE_TEST_NO_SUCH_KEY",
-            llm__retries=1, llm__timeout_s=10.0, llm__max_total_tokens=500)
-        served = len(server.requests)
+            llm__retries=1, llm__timeout_s=10.0, llm__max_total_tokens=500, **overrides)
+        return summary, tables, len(server.requests)
+
+
+def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
+    """The LLM operator against a real OpenAI-compatible server on 127.0.0.1
+    (tests/support/llm_server.py), whose usage figures make every reply cost 100 tokens: each call
+    is archived, and the run stops once the token budget is spent."""
+    # one batch ahead: what is served is exact, not timing
+    summary, tables, served = _budget_run(tmp_path / "f.db", operator__lookahead=1)
     # 3 children x 100 tokens per generation: the budget is crossed during generation 2
     assert summary.status == "stopped:llm_tokens" and summary.generations_done == 2
     calls = tables["llm_calls"]
@@ -131,19 +136,7 @@ def test_batches_sent_ahead_past_a_token_budget_are_never_archived(tmp_path):
     """Two batches ahead (the default lookahead): generation 3's batch is sent at
     generation 1, before the budget is crossed in generation 2. The run still stops there
     and archives only what it used; the endpoint may have answered up to that batch more."""
-    from llm_server import LLMServer, Reply, fenced, program_for
-
-    def responder(request: dict, n: int) -> Reply:
-        return Reply(content=fenced(program_for(int(request.get("seed") or n))),
-                     prompt_tokens=60, completion_tokens=40)
-
-    with LLMServer(responder, lifetime_s=170) as server:
-        summary, tables = run_tiny(
-            tmp_path / "g.db", operator__kind="llm", operator__llm_share=1.0,
-            llm__model="test-model", llm__base_url=server.base_url,
-            llm__api_key_env="EVOLVE_TEST_NO_SUCH_KEY", llm__retries=1, llm__timeout_s=10.0,
-            llm__max_total_tokens=500)
-        served = len(server.requests)
+    summary, tables, served = _budget_run(tmp_path / "g.db")
     assert summary.status == "stopped:llm_tokens" and summary.generations_done == 2
     assert len(tables["llm_calls"]) == 6 and 6 <= served <= 9
 
