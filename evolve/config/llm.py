@@ -26,6 +26,7 @@ ReplyForm = Literal["program", "term", "auto"]
 _ON_FAILURE = ("offline", "stop")
 MAX_TIMEOUT_S = 3600  # a deadline past an hour is a slip (1e300 overflowed the socket)
 MAX_REPLY_BYTES = 64 * 1024  # a program is ~1 KB; an endpoint once sent 60 MB
+MAX_REPLIES_PER_PROMPT = 8
 _CASSETTE_MODES = ("off", "record", "replay")
 _CONSTRAIN = ("off", "gbnf", "vllm")
 _PROFILES = ("full", "compact", "auto")
@@ -88,6 +89,10 @@ class LLMConfig:
         "requests in flight at once; results are ordered by request index regardless"))
     crossover_prob: float = field(default=0.3, metadata=_doc(
         "probability that a child is a crossover of two parents (needs >= 2 parents)"))
+    replies_per_prompt: int = field(default=2, metadata=_doc(
+        "children asked of one prompt, each with its own seed, sent back to back: a server "
+        "that caches the prompt's prefix (llama.cpp, vLLM, hosted prompt caching) reads it "
+        "once (1 to 8; > 1 needs send_seed)"))
     n_inspirations: int = field(default=3, metadata=_doc(
         "frontier programs shown in each prompt as inspiration (dropped first to fit the cap)"))
     prices: dict[str, tuple[float, float]] = field(default_factory=dict, metadata=_doc(
@@ -144,6 +149,12 @@ class LLMConfig:
         for name in ("max_tokens", "concurrency", "prompt_token_cap"):
             if int(getattr(self, name)) < 1:
                 out.append(f"{name} must be >= 1")
+        if not 1 <= int(self.replies_per_prompt) <= MAX_REPLIES_PER_PROMPT:
+            out.append(f"replies_per_prompt must be in [1, {MAX_REPLIES_PER_PROMPT}]")
+        elif self.replies_per_prompt > 1 and not self.send_seed:
+            # siblings would be the same request: one cassette key for two replies
+            out.append("replies_per_prompt > 1 needs send_seed = true (the siblings differ "
+                       "only by their seed); set replies_per_prompt = 1")
         if int(self.max_reply_bytes) < 1024:
             out.append("max_reply_bytes must be >= 1024")
         # A zero deadline would fail every call before it is sent; NaN passes every

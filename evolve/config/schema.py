@@ -47,6 +47,7 @@ BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1,
                                           ("operator", "repairs"): 0,
                                           ("operator", "overlap"): False,
                                           ("operator", "lookahead"): 1,
+                                          ("llm", "replies_per_prompt"): 1,
                                           ("run", "step_noise"): 0.0,
                                           ("loss", "ttft_p90_steady"): 0.0,
                                           ("loss", "ttft_p99_steady"): 0.0,
@@ -54,6 +55,9 @@ BEFORE_KEY: dict[tuple[str, str], Any] = {("fit", "starts"): 1,
 # [operator] keys of the LLM operator (issue 59): an offline run does not store them, so it
 # stores the configuration (and archive digest) it stored before they existed
 OPERATOR_LLM_KEYS = ("llm_share", "repairs", "overlap", "lookahead")
+# [llm] keys added after archives existed that an offline run does not store (the same
+# reason); an LLM run stores them always, so a run stored before one loads as it ran
+LLM_RUN_KEYS = ("replies_per_prompt",)
 SEED_LIMIT = 2**63  # run seeds are in [0, SEED_LIMIT): an archive stores one as 64-bit
 # how fast and where, not what is found: left out of the stored config (so runs compare)
 NOT_STORED = ("archive", "workers", "force_workers", "progress", "executor", "ray_address")
@@ -279,6 +283,8 @@ class Config:
         if d["operator"]["kind"] != "llm":
             for key in OPERATOR_LLM_KEYS:
                 del d["operator"][key]
+            for key in LLM_RUN_KEYS:
+                del d["llm"][key]
         if d["fit"]["transfer_weight"] == 0:  # off: stored as before the keys existed
             del d["fit"]["transfer_weight"], d["fit"]["transfer_margin"]
         return d

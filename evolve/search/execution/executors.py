@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from evolve.errors import ConfigError
 from evolve.search.context import RunContext, Scored
-from evolve.search.execution.pool import FitPool, Job
+from evolve.search.execution.pool import BESIDE_LOCAL_MODEL_NICE, FitPool, Job
 
 if TYPE_CHECKING:
     from evolve.config.schema import Config
@@ -72,4 +72,13 @@ def make_executor(ctx: RunContext, cfg: Config | Any) -> Executor:
     for ev in (ctx.evaluator, ctx.slices):
         if ev is not None:
             ev.threads = threads
-    return FitPool(ctx, cfg.run.workers)
+    return FitPool(ctx, cfg.run.workers, nice=BESIDE_LOCAL_MODEL_NICE if serves_local_model(cfg)
+                   else 0)
+
+
+def serves_local_model(cfg: Config | Any) -> bool:
+    """Whether the run asks a llama.cpp server of its own on this machine (``--llm local``,
+    not replaying a cassette): its fitting workers then yield the CPU to the model."""
+    llm = getattr(cfg, "llm", None)
+    return (getattr(cfg.operator, "kind", "offline") == "llm" and llm is not None
+            and llm.model == "local" and llm.cassette_mode != "replay")

@@ -7,8 +7,10 @@ so the output does not depend on the number of workers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing as mp
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,6 +21,17 @@ from evolve.search.stopping import worker_signals
 
 _WORKER_CTX: RunContext | None = None
 Job = tuple[Program, int]  # (program, fitting seed)
+# Niceness of the fitting workers beside a local LLM server (``--llm local``): the model's
+# next batch is on the run's critical path (the next generation waits for it), the fits are
+# throughput work, so on a busy machine the scheduler gives the model its CPU first.
+BESIDE_LOCAL_MODEL_NICE = 10
+
+
+def _start_worker(nice: int) -> None:
+    worker_signals()
+    if nice:
+        with contextlib.suppress(OSError):  # a lower priority is always allowed; be safe
+            os.nice(nice)
 
 
 def _job(job: tuple[str, int]) -> Scored:
@@ -47,9 +60,10 @@ class FitPool:
     own seed, so the output does not depend on the number of workers.
     """
 
-    def __init__(self, ctx: RunContext, workers: int):
+    def __init__(self, ctx: RunContext, workers: int, nice: int = 0):
         self.ctx = ctx
         self.workers = max(1, int(workers))
+        self.nice = int(nice)  # added to the workers' niceness (0: the driver's)
         self._pool: Any = None
 
     def map(self, jobs: Sequence[Job], on_result: Callable[[int, Any], None] | None = None
@@ -96,7 +110,8 @@ class FitPool:
         if self._pool is None:
             global _WORKER_CTX
             _WORKER_CTX = self.ctx
-            self._pool = mp.get_context("fork").Pool(self.workers, initializer=worker_signals)
+            self._pool = mp.get_context("fork").Pool(
+                self.workers, initializer=_start_worker, initargs=(self.nice,))
         return self._pool
 
     def reset(self) -> None:

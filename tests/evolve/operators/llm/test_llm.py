@@ -95,6 +95,25 @@ def test_same_rng_same_requests(serve, parents):
     assert [p.source for p in a] == [p.source for p in b]
 
 
+def test_replies_per_prompt_share_a_prompt_and_are_sent_back_to_back(serve, parents):
+    """Two replies per prompt (the default): requests 0 and 1 ask the same prompt with their
+    own seeds, one after the other (concurrency 1, the local server's), then 2 a new one."""
+    server = serve()
+    three = [*parents, make_parent(LINEAR, loss=0.5, scale=2.0)]
+    props = LLMOperator(config(server, concurrency=1, crossover_prob=0.0)).propose(
+        three, [], rng(), 3)
+    sent = server.requests
+    assert [r["messages"] for r in sent[:2]] == [sent[0]["messages"]] * 2
+    assert sent[2]["messages"] != sent[0]["messages"]  # parents[2]'s prompt
+    assert len({r["seed"] for r in sent}) == 3
+    assert len({p.llm_call["request_hash"] for p in props}) == 3
+    assert props[0].parent_ids == props[1].parent_ids != props[2].parent_ids
+    assert props[0].source != props[1].source  # each seed its own reply
+    one = LLMOperator(config(server, replies_per_prompt=1, crossover_prob=0.0)).propose(
+        three, [], rng(), 2)
+    assert one[0].parent_ids != one[1].parent_ids  # one prompt per child
+
+
 def test_crossover_uses_two_parents(serve, parents):
     server = serve()
     props = LLMOperator(config(server, crossover_prob=1.0)).propose(parents, [], rng(), 2)
@@ -323,7 +342,8 @@ def test_llm_check_json_answers_on_stdout_also_on_failure(serve, capsys):
 
 def test_no_seed_sent_when_disabled(serve, parents):
     server = serve()
-    LLMOperator(config(server, send_seed=False)).propose(parents[:1], [], rng(), 1)
+    LLMOperator(config(server, send_seed=False, replies_per_prompt=1)).propose(
+        parents[:1], [], rng(), 1)
     assert "seed" not in server.requests[0]
 
 
@@ -335,6 +355,9 @@ def test_config_checks_and_normalises():
                        ({"cassette_mode": "replay"}, "needs a cassette path"),
                        ({"prices": {"m": [1.0]}}, r"prices\['m'\]"),
                        ({"concurrency": 0}, "concurrency"),
+                       ({"replies_per_prompt": 0}, r"replies_per_prompt must be in \[1, 8\]"),
+                       ({"replies_per_prompt": 9}, r"replies_per_prompt must be in \[1, 8\]"),
+                       ({"send_seed": False}, "replies_per_prompt > 1 needs send_seed"),
                        ({"base_url": "htp:/nope"}, "base_url must be an http"),
                        ({"base_url": ""}, "base_url must be an http"),
                        ({"base_url": "http://127.0.0.1:99999/v1"}, "Port out of range"),

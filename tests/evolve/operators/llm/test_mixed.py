@@ -130,10 +130,13 @@ def test_runs_stored_before_mixing_load_as_the_llm_alone():
     assert (cfg.operator.llm_share, cfg.operator.repairs, cfg.operator.overlap) == (1.0, 0, False)
     stored["operator"] = {"kind": "llm", "llm_share": 0.25, "overlap": True}  # before lookahead
     assert Config.from_dict(stored).operator.lookahead == 1  # one batch ahead, as it ran
+    assert "replies_per_prompt" not in stored["llm"]  # nor [llm] keys of LLM runs
+    assert Config.from_dict(stored).llm.replies_per_prompt == 1  # a prompt per child
     fresh = Config()
     fresh.operator.kind = "llm"
     assert fresh.stored_dict()["operator"]["llm_share"] == pytest.approx(0.25)
     assert fresh.stored_dict()["operator"]["lookahead"] == 2
+    assert fresh.stored_dict()["llm"]["replies_per_prompt"] == 2
 
 
 def test_mixed_falls_back_only_after_consecutive_failed_batches(serve):
