@@ -98,12 +98,14 @@ def strict_rules() -> dict[str, Item]:
     return _rules("step_time", MAX_CONSTANTS)
 
 
-@lru_cache(maxsize=1)
-def term_rules() -> dict[str, Item]:
+@lru_cache(maxsize=TERM_CONSTANTS)
+def term_rules(n: int = TERM_CONSTANTS) -> dict[str, Item]:
     """The *term* form's rule set: ``def term(f, c)`` returning one expression over at most
-    :data:`TERM_CONSTANTS` constants, nothing else – what a small model adds to its parent
-    (:mod:`evolve.operators.llm.term` declares the constants and splices it in)."""
-    n = TERM_CONSTANTS
+    ``n`` (1 to :data:`TERM_CONSTANTS`) constants, nothing else – what a small model adds to
+    its parent (:mod:`evolve.operators.llm.term` declares the constants and splices it in;
+    ``n`` below the maximum: a parent with that little room left under MAX_CONSTANTS)."""
+    if not 1 <= n <= TERM_CONSTANTS:
+        raise ValueError(f"a term has 1 to {TERM_CONSTANTS} constants, not {n}")
     out: dict[str, Item] = {
         "root": seq(FENCE_OPEN, Ref("program"), FENCE_CLOSE),
         "program": seq("def term(f, c):\n    return ", Ref(f"expr_n{n}d0"), "\n"),
@@ -157,21 +159,29 @@ def strict_lark(fenced: bool = True) -> str:
     return render(strict_rules(), "lark", "root" if fenced else "program")
 
 
-@lru_cache(maxsize=2)
-def term_gbnf(fenced: bool = True) -> str:
+@lru_cache(maxsize=2 * TERM_CONSTANTS)
+def term_gbnf(fenced: bool = True, constants: int = TERM_CONSTANTS) -> str:
     """The term form's grammar in llama.cpp's GBNF."""
-    return render(term_rules(), "gbnf", "root" if fenced else "program")
+    return render(term_rules(constants), "gbnf", "root" if fenced else "program")
 
 
-@lru_cache(maxsize=2)
-def term_lark(fenced: bool = True) -> str:
+@lru_cache(maxsize=2 * TERM_CONSTANTS)
+def term_lark(fenced: bool = True, constants: int = TERM_CONSTANTS) -> str:
     """The term form's grammar in Lark EBNF."""
-    return render(term_rules(), "lark", "root" if fenced else "program")
+    return render(term_rules(constants), "lark", "root" if fenced else "program")
+
+
+def term_grammar_form(constants: int) -> str:
+    """The grammar form of a term with at most ``constants`` constants: ``term`` at the
+    maximum (what every term request said before the room was counted), else ``term:N``."""
+    return "term" if constants == TERM_CONSTANTS else f"term:{constants}"
 
 
 def grammar_text(mode: str, form: str = "program") -> str:
-    """The decoding grammar sent for ``mode`` (gbnf | vllm) and reply ``form`` (program |
-    term): what a request carries and what its cassette key digests."""
-    if form == "term":
-        return term_gbnf() if mode == "gbnf" else term_lark()
+    """The decoding grammar sent for ``mode`` (gbnf | vllm) and grammar ``form`` (program |
+    term | term:N, :func:`term_grammar_form`): what a request carries and what its
+    cassette key digests."""
+    if form == "term" or form.startswith("term:"):
+        n = TERM_CONSTANTS if form == "term" else int(form.partition(":")[2])
+        return term_gbnf(constants=n) if mode == "gbnf" else term_lark(constants=n)
     return strict_gbnf() if mode == "gbnf" else strict_lark()

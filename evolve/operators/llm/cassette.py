@@ -37,7 +37,8 @@ CASSETTE_FORMAT = 1
 
 def canonical_request(model: str, messages: Sequence[dict[str, str]], temperature: float,
                       seed: int | None, max_tokens: int, template_version: str,
-                      constrain: str = "off", form: str = "program") -> dict[str, Any]:
+                      constrain: str = "off", form: str = "program",
+                      term_constants: int | None = None) -> dict[str, Any]:
     """The fields that determine a reply; everything else (timeouts, retries) does not.
 
     ``constrain`` (gbnf | vllm) adds ``{"mode", "grammar"}`` – the grammar's digest – so a
@@ -45,6 +46,8 @@ def canonical_request(model: str, messages: Sequence[dict[str, str]], temperatur
     hash exactly as before the field existed. ``form = "term"`` (the reply form,
     :mod:`evolve.operators.llm.term`) adds ``"reply_form": "term"`` and, constrained,
     ``"form": "term"`` beside the term grammar's digest; program requests hash as before.
+    ``term_constants`` below the term maximum (a parent with little room left) makes it
+    ``"form": "term:N"``, the grammar of a term with at most N constants.
     """
     out: dict[str, Any] = {
         "model": model,
@@ -57,13 +60,15 @@ def canonical_request(model: str, messages: Sequence[dict[str, str]], temperatur
     if form == "term":
         out["reply_form"] = "term"
     if constrain != "off":
-        from evolve.program.grammar_strict import grammar_text
+        from evolve.program.grammar_strict import TERM_CONSTANTS, grammar_text, term_grammar_form
 
-        text = grammar_text(constrain, form)
+        grammar = (term_grammar_form(term_constants or TERM_CONSTANTS) if form == "term"
+                   else form)
+        text = grammar_text(constrain, grammar)
         out["constrain"] = {"mode": constrain,
                             "grammar": hashlib.sha256(text.encode()).hexdigest()[:16]}
         if form == "term":
-            out["constrain"]["form"] = "term"
+            out["constrain"]["form"] = grammar
     return out
 
 

@@ -49,7 +49,8 @@ from evolve.operators.llm.prompting import (
     estimate_tokens,
 )
 from evolve.operators.llm.replies import extract_program
-from evolve.operators.llm.term import extract_term, splice_term
+from evolve.operators.llm.term import extract_term, splice_term, term_room
+from evolve.program.whitelist import MAX_CONSTANTS
 from evolve.text.untrusted import mask_secrets
 
 log = logging.getLogger("evolve.llm")
@@ -86,6 +87,7 @@ class _Plan:
     seed: int | None
     request: dict[str, Any] | None
     request_hash: str | None
+    room: int | None = None  # constants the term may bring (term form), else None
 
 
 class LLMOperator:
@@ -195,6 +197,11 @@ class LLMOperator:
     def _plan(self, index: int, parents: Sequence[Parent], inspirations: Sequence[Parent],
               rng: np.random.Generator) -> _Plan:
         first = parents[index % len(parents)]
+        term = self.cfg.form() == "term"
+        if term and not term_room(first.program.n_constants):
+            # at the constants cap a term can add nothing: the next parent with room
+            roomy = [parents[(index + k) % len(parents)] for k in range(1, len(parents))]
+            first = next((p for p in roomy if term_room(p.program.n_constants)), first)
         # Crossover partners: other parents with a different program (the selection may
         # repeat a program); with none, the child is a mutation.
         others = [p for p in parents if _pid(p) != _pid(first)]
@@ -208,6 +215,11 @@ class LLMOperator:
         picks = sorted(int(i) for i in rng.choice(len(pool), size=k, replace=False)) if k else []
         seed = self._seed(rng)
         kind = "crossover" if crossover else "mutate"
+        room = term_room(first.program.n_constants) if term else None
+        if room == 0:
+            return _Plan(index, kind, tuple(chosen), None,
+                         f"no parent has room for a term: each has {MAX_CONSTANTS} constants",
+                         seed, None, None)
         try:
             prompt = build_prompt(kind, chosen, [pool[i] for i in picks],  # type: ignore[arg-type]
                                   self.cfg.prompt_token_cap, self.heldout,
@@ -216,9 +228,9 @@ class LLMOperator:
             return _Plan(index, kind, tuple(chosen), None, str(exc), seed, None, None)
         request = canonical_request(self.cfg.model, prompt.messages, self.cfg.temperature,
                                     seed, self.cfg.max_tokens, TEMPLATE_VERSION,
-                                    self.cfg.constrain, self.cfg.form())
+                                    self.cfg.constrain, self.cfg.form(), room)
         return _Plan(index, kind, tuple(chosen), prompt, None, seed, request,
-                     request_hash(request))
+                     request_hash(request), room)
 
     def _sibling(self, index: int, first: _Plan, rng: np.random.Generator) -> _Plan:
         """Request ``index``: ``first``'s prompt with a seed of its own."""
@@ -228,9 +240,10 @@ class LLMOperator:
                          None, None)
         request = canonical_request(self.cfg.model, first.prompt.messages,
                                     self.cfg.temperature, seed, self.cfg.max_tokens,
-                                    TEMPLATE_VERSION, self.cfg.constrain, self.cfg.form())
+                                    TEMPLATE_VERSION, self.cfg.constrain, self.cfg.form(),
+                                    first.room)
         return _Plan(index, first.kind, first.parents, first.prompt, None, seed, request,
-                     request_hash(request))
+                     request_hash(request), first.room)
 
     def _seed(self, rng: np.random.Generator) -> int | None:
         raw_seed = int(rng.integers(0, _SEED_SPAN))

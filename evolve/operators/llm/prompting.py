@@ -37,6 +37,7 @@ from evaluator.api import FEATURES, MAX_STEP_US, PEAK_FLOPS
 from evolve.assess.physics import FLOOR_CONTEXT, FLOOR_MARGIN
 from evolve.assets import asset_dir
 from evolve.operators.base import Parent
+from evolve.operators.llm.term import term_room
 from evolve.program.grammar_strict import TERM_CONSTANTS
 from evolve.program.whitelist import CALL_ARITY, MAX_COMPLEXITY, MAX_CONSTANTS, MAX_WHERE
 
@@ -260,6 +261,7 @@ def _compact(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Paren
     rows = COMPACT_ERROR_ROWS
     batch_rows = TERM_BATCH_ROWS if form == "term" else 0
     template = "term_mutate.jinja" if form == "term" else "compact_mutate.jinja"
+    used = parents[0].program.n_constants  # a term may bring only what the cap leaves
     while True:
         (columns, table), _ = _error_rows(parents[:1], rows)
         columns = columns[:2]  # E2E and TTFT: what the loss is made of
@@ -271,7 +273,9 @@ def _compact(kind: Kind, parents: Sequence[Parent], inspirations: Sequence[Paren
         user = _env().get_template(template).render(
             parent=dict(view(_program_view(parents[0])), error_columns=columns,
                         error_rows=table, signed=_signed(parents[:1])), inspiration=other,
-            batches=_cut_table(parents[0].worst_batches, batch_rows) if batch_rows else "")
+            batches=_cut_table(parents[0].worst_batches, batch_rows) if batch_rows else "",
+            used=used, room=term_room(used), max_constants=MAX_CONSTANTS,
+            max_term_constants=TERM_CONSTANTS)
         user = re.sub(r"\n{3,}", "\n\n", user).strip()
         tokens = estimate_tokens(system) + estimate_tokens(user)
         if tokens <= cap:
