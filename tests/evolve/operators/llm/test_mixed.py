@@ -35,6 +35,17 @@ def test_the_split_depends_on_the_seed_and_generation_only():
     assert split(np.random.default_rng(1), 8, 1.0)[0] == list(range(8))
 
 
+def test_the_llm_makes_the_share_of_a_generation_rounded_up_or_down():
+    """A steady load on the model: 0.25 of 10 children is 2 or 3, never 0 or 5, and 2.5 on
+    average over generations; the positions differ between generations."""
+    draws = [split(generation_rng(7, g, PURPOSE_OPERATOR), 10, 0.25)[0] for g in range(400)]
+    counts = [len(d) for d in draws]
+    assert set(counts) == {2, 3}
+    assert np.mean(counts) == pytest.approx(2.5, abs=0.15)
+    assert len({tuple(d) for d in draws}) > 100
+    assert {len(split(np.random.default_rng(s), 8, 0.5)[0]) for s in range(50)} == {4}
+
+
 def test_primaries_first_keeps_each_childs_primary_parent():
     ps = [make_parent(scale=s) for s in (1.0, 1.1, 1.2)]
     out = primaries_first(ps, [1, 4])
@@ -46,8 +57,10 @@ def test_mixed_children_are_reproducible_and_say_their_operator(serve):
     server = serve(lambda req, n: Reply(content=fenced(program_for(int(req["seed"])))))
     runs = []
     for _ in range(2):
-        op = MixedOperator(LLMOperator(llm_config(server)), OfflineOperator(), 0.5,
-                           overlap=False)
+        # one reply per prompt: with two, an LLM child asked its predecessor's prompt
+        # has its predecessor's parent (test_llm.py)
+        op = MixedOperator(LLMOperator(llm_config(server, replies_per_prompt=1)),
+                           OfflineOperator(), 0.5, overlap=False)
         runs.append(op.propose(parents(), [], generation_rng(7, 1, PURPOSE_OPERATOR), 8))
     a, b = runs
     assert [p.operator for p in a] == [p.operator for p in b]
