@@ -297,10 +297,11 @@ def execute(plan: RunPlan, report: str | None, break_lock: bool, done: RunOutcom
     if (cfg.operator.kind == "llm" and cfg.llm.model != LOCAL
             and cfg.llm.cassette_mode != "replay"):
         _reachable(cfg.llm.base_url)
+    from evolve.search.execution.executors import serves_local_model
+
     try:
         with stop_signals():
-            if (cfg.operator.kind == "llm" and cfg.llm.model == LOCAL
-                    and cfg.llm.cassette_mode != "replay"):
+            if serves_local_model(cfg):
                 from evolve.operators.llm.local.server import LocalServer, llama_threads
 
                 with LocalServer(cfg.llm.gguf, seed=cfg.run.seed,
