@@ -25,7 +25,9 @@ overlap). Each local-model run records its cassette to ``--cassettes DIR`` (defa
 without the model: ``--replay`` insists on that). Printed per run: best training loss,
 LLM-originated children (an LLM child or its repair) accepted / fitted, LLM-originated
 programs among the pick's ancestors, wall time and its ratio to offline's, and the pick's
-validate-split loss (what ``mixed@S``, mixed at LLM share ``S``, is chosen by). Run:
+validate-split loss (what ``mixed@S``, mixed at LLM share ``S``, is chosen by).
+``--run-config F`` gives every run a TOML file, to try a setting (e.g. ``[operator]
+lookahead = 2``) before it becomes a default. Run:
 ``.venv/bin/python benchmarks/bench_operators.py --search --seeds 7 --modes offline,mixed,llm``.
 """
 
@@ -129,11 +131,13 @@ MODES = {"offline": [], "llm": ["--llm", "local", "--llm-share", "1"],
 
 
 def search_command(mode: str, seed: int, generations: int, archive: Path,
-                   cassettes: Path, replay: bool) -> list[str]:
+                   cassettes: Path, replay: bool, run_config: str | None = None) -> list[str]:
     """``evolve run`` of one mode, recording (or replaying) its cassette."""
     cmd = [sys.executable, "-c", "import sys; from evolve.cli.main import main; "
            "sys.exit(main())", "run", "--generations", str(generations), "--seed", str(seed),
            "--archive", str(archive), "--no-progress"]
+    if run_config:
+        cmd += ["--config", run_config]
     if mode == "offline":
         return cmd
     cassette = cassettes / f"{mode}-seed{seed}-g{generations}.jsonl"
@@ -208,7 +212,8 @@ def search_main(args: argparse.Namespace) -> int:
     cassettes = Path(args.cassettes)
     cassettes.mkdir(parents=True, exist_ok=True)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "
-          f"{args.generations} generations, default configuration")
+          f"{args.generations} generations, "
+          f"{'configuration ' + args.run_config if args.run_config else 'default configuration'}")
     print(f"{'seed':>4} {'mode':<8}{'best loss':>10}{'LLM acc/fit':>13}{'repairs ok':>12}"
           f"{'pick LLM anc':>14}{'wall min':>10}{'x offline':>10}{'pick val':>10}",
           flush=True)
@@ -219,7 +224,8 @@ def search_main(args: argparse.Namespace) -> int:
         for mode in args.modes.split(","):
             archive = out_dir / f"{mode}-seed{seed}.db"
             archive.unlink(missing_ok=True)
-            cmd = search_command(mode, seed, args.generations, archive, cassettes, args.replay)
+            cmd = search_command(mode, seed, args.generations, archive, cassettes, args.replay,
+                                 args.run_config)
             t0 = time.monotonic()
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             wall = time.monotonic() - t0
@@ -251,6 +257,8 @@ def main() -> int:
     ap.add_argument("--cassettes", default=str(CASSETTES), help="--search: cassette folder")
     ap.add_argument("--replay", action="store_true", help="--search: replay cassettes only")
     ap.add_argument("--keep", help="--search: keep the archives in this folder")
+    ap.add_argument("--run-config", help="--search: a TOML config every run reads (a trial "
+                    "setting; offline runs ignore the LLM keys)")
     ap.add_argument("--operators", default="offline,local+grammar,local,cassette")
     ap.add_argument("--children", type=int, default=10, help="proposals per generation")
     ap.add_argument("--generations", type=int, default=None,
