@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EVOLVE = [sys.executable, "-c", "import sys; from evolve.cli.main import main; sys.exit(main())"]
+sys.path.insert(0, str(ROOT / "scripts"))
+from results import cli  # noqa: E402  (the public CLI, as the README's results use it)
+
 FIGURES = ("e2e_mean", "ttft_mean", "ttft_p90_steady", "ttft_p99_steady", "e2e_p99_steady")
 
 
@@ -39,19 +40,11 @@ def weights_toml(spec: str) -> str:
             f"e2e_p99_steady = {e99}\n")
 
 
-def evolve(*args: str) -> str:
-    """Run ``evolve ARGS`` in the repository; its stdout, or exit with its last error."""
-    res = subprocess.run([*EVOLVE, *args], capture_output=True, text=True, cwd=ROOT)
-    if res.returncode != 0:
-        raise SystemExit(f"evolve {args[0]} failed: {res.stderr.strip().splitlines()[-1:]}")
-    return res.stdout
-
-
 def pick_apes(archive: Path) -> tuple[str, dict[str, dict[str, float]]]:
     """The run's pick and its APEs on the validate runs (closed loop, the run's settings)."""
-    members = json.loads(evolve("frontier", "--archive", str(archive), "--json"))["members"]
+    members = json.loads(cli("frontier", "--archive", str(archive), "--json"))["members"]
     pick = next(m["id"] for m in members if m.get("picked"))
-    out = json.loads(evolve("validate", pick, "--archive", str(archive), "--split",
+    out = json.loads(cli("validate", pick, "--archive", str(archive), "--split",
                             "validate", "--json", "--no-plots"))
     return pick, {name: {k: r["ape"][k] for k in FIGURES}
                   for name, r in sorted(out["runs"].items())}
@@ -64,6 +57,7 @@ def main() -> int:
     ap.add_argument("--generations", type=int, default=10)
     ap.add_argument("--keep", help="keep the archives in this folder")
     args = ap.parse_args()
+    os.chdir(ROOT)  # the data directory's default is relative to the checkout
     out_dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-lw-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; offline, "
@@ -77,7 +71,7 @@ def main() -> int:
             archive = out_dir / f"w-{spec.replace(':', '_')}-seed{seed}.db"
             archive.unlink(missing_ok=True)
             t0 = time.monotonic()
-            evolve("run", "--generations", str(args.generations), "--seed", str(seed),
+            cli("run", "--generations", str(args.generations), "--seed", str(seed),
                    "--config", str(cfg), "--archive", str(archive), "--no-progress")
             pick, apes = pick_apes(archive)
             print(f"weights {spec:<14} seed {seed:<3} pick {pick[:12]}  "
