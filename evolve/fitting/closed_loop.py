@@ -44,6 +44,10 @@ from evolve.text.words import FitStatus, Scope
 # polish's step size".
 SIGMA0 = 0.01
 SEED_SIGMA0 = 0.08
+# A closed-loop polish may worsen the validate loss by at most this fraction (the search's
+# polish of its pick and an export's refit keep a polish only then): a refit on training
+# runs must not buy training loss with the held-out accuracy the pick was chosen for.
+VAL_SLACK = 0.02
 TOLERANCES = {"tolfun": 1e-6}  # cma's defaults otherwise; each evaluation is a simulation
 
 

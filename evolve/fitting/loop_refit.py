@@ -9,17 +9,19 @@ loop) and polishes its pick (closed-loop CMA-ES on the stage slices), with the r
 pool and prior strengths, physics probes and budgets, seeded by the program id: the same
 program and constants always export the same file. Every constant takes part
 (``queueing_time``'s, ``output_token_us``, ``post_decode_us``, the step time's); nothing
-is offset by hand.
+is offset by hand. As the search's polish, a group's polish is kept only where its
+validate runs hold.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from evaluator.api import Evaluator, ProbeBatches, RunMetrics, loss
 from evolve.fitting.bounds import const_map, derived_seed, group_key
-from evolve.fitting.closed_loop import closed_loop_fit
+from evolve.fitting.closed_loop import VAL_SLACK, closed_loop_fit
 from evolve.program.codegen import step_model
 from evolve.program.language import Program
 
@@ -52,6 +54,7 @@ def refit_for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], 
                    probes: Mapping[str, ProbeBatches] | None = None,
                    slice_seconds: float = 120.0, warmup_seconds: float = 30.0,
                    tf_evals: int = 300, tf_restarts: int = 1, tf_starts: int = 3,
+                   held: Sequence[str] = (),
                    log: Callable[[str], None] | None = None) -> LoopRefit:
     """Refit ``groups`` in ``ev``'s engine loop as the search fits a child; score every run.
 
@@ -61,8 +64,10 @@ def refit_for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], 
     pool and prior strengths and physics probes) join the given constants as candidates,
     the one with the lowest closed-loop training loss (whole runs) is polished closed loop
     on the stage slices of ``sliced`` (``evals`` simulations per group, as the search's
-    final polish), kept group by group where it lowers that group's training loss.
-    ``train``: the training runs (the loss that decides).
+    final polish), kept group by group where it lowers that group's training loss
+    without raising its ``held`` runs' loss by more than ``VAL_SLACK`` (the search's
+    polish rule).
+    ``train``: the training runs (the loss that decides); ``held``: the validate runs.
     """
     from evolve.fitting.teacher_forced import fit_program
 
@@ -78,8 +83,9 @@ def refit_for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], 
     def keep_better(base: Groups, base_loss: float, base_sims: dict[str, RunMetrics],
                     cand: Groups) -> tuple[Groups, float, dict[str, RunMetrics]]:
         members = {g: [n for n in train if group_key(ev.by_name[n], scope) == g] for g in cand}
+        guard = {g: [n for n in held if group_key(ev.by_name[n], scope) == g] for g in cand}
         out = better_groups(base, cand, base_sims,
-                            _simulate(program, model, ev, cand, scope, names), members)
+                            _simulate(program, model, ev, cand, scope, names), members, guard)
         if out == base:
             return base, base_loss, base_sims
         out_loss, out_sims = train_loss(out)
@@ -119,9 +125,11 @@ def refit_for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], 
 
 def better_groups(base: Mapping[str, Mapping[str, float]], cand: Mapping[str, Mapping[str, float]],
                   base_runs: Mapping[str, RunMetrics], cand_runs: Mapping[str, RunMetrics],
-                  members: Mapping[str, Sequence[str]]) -> Groups:
+                  members: Mapping[str, Sequence[str]],
+                  guard: Mapping[str, Sequence[str]] | None = None) -> Groups:
     """``base`` with each group of ``cand`` taken where that group's training runs
-    (``members[g]``) score a lower loss in ``cand_runs`` than in ``base_runs``.
+    (``members[g]``) score a lower loss in ``cand_runs`` than in ``base_runs`` and its
+    held-out runs (``guard[g]``, if any) a loss at most ``VAL_SLACK`` higher.
 
     Why by group: groups share no run, so the training loss is a sum over groups; judged
     as a whole set, one group's gain was vetoed by another group's loss (seed 7's pick:
@@ -129,8 +137,10 @@ def better_groups(base: Mapping[str, Mapping[str, float]], cand: Mapping[str, Ma
     """
     out = {g: dict(v) for g, v in base.items()}
     for g in sorted(cand):
-        runs = list(members.get(g, ()))
-        if runs and loss(cand_runs, runs) < loss(base_runs, runs):
+        runs, kept = list(members.get(g, ())), list((guard or {}).get(g, ()))
+        was = loss(base_runs, kept) if kept else math.inf
+        held = not math.isfinite(was) or loss(cand_runs, kept) <= was * (1.0 + VAL_SLACK)
+        if runs and loss(cand_runs, runs) < loss(base_runs, runs) and held:
             out[g] = dict(cand[g])
     return out
 

@@ -16,16 +16,13 @@ from typing import Any
 
 from evolve.config.schema import Config
 from evolve.fitting import closed_loop_fit, group_key
-from evolve.fitting.closed_loop import SIGMA0
+from evolve.fitting.closed_loop import SIGMA0, VAL_SLACK
 from evolve.program.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
 from evolve.search.grid import Elite
 from evolve.search.judge import score_program
 from evolve.search.rng import child_seed
-
-# A closed-loop refit may worsen the validate loss by at most this fraction.
-VAL_SLACK = 0.02
 
 
 def declared_groups(ctx: RunContext, prog: Program) -> dict[str, dict[str, float]]:

@@ -84,6 +84,7 @@ def for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], scope:
                      groups={g: dict(v) for g, v in groups.items()}, splits=splits)
     if refit and fitted_loop is not None and fitted_loop != loop:
         train = sorted(n for n, s in splits.items() if s == "train")
+        held = sorted(n for n, s in splits.items() if s == "validate")
         cut = [n for n in train if sliced(ev.by_name[n])]
         probes = probes_for(ev, list(splits)) if cfg.search.physics == "reject" else {}
         out.refit = refit_for_loop(
@@ -92,7 +93,7 @@ def for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], scope:
             pool_strength=cfg.fit.pool_strength, prior_strength=cfg.fit.prior_strength,
             probes=probes, slice_seconds=cfg.fit.slice_seconds,
             warmup_seconds=cfg.fit.slice_warmup_seconds, tf_evals=cfg.fit.max_evals,
-            tf_restarts=cfg.fit.restarts, tf_starts=cfg.fit.starts, log=log)
+            tf_restarts=cfg.fit.restarts, tf_starts=cfg.fit.starts, held=held, log=log)
         out.groups, out.metrics = out.refit.groups, out.refit.metrics
     else:
         out.metrics = score_in_loop(program, groups, scope, ev)

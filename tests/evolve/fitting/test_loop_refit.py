@@ -1,4 +1,4 @@
-"""A loop refit keeps a polish group by group (``better_groups``).
+"""A loop refit keeps a polish group by group (``better_groups``), where its validate runs hold.
 
 The training loss is a sum over constant groups (they share no run), so a polish that helps
 one model and hurts another must keep the first model's constants: judged as a whole set
@@ -48,3 +48,36 @@ def test_the_result_is_a_copy() -> None:
     out = better_groups(BASE, CAND, BASE_RUNS, BASE_RUNS, MEMBERS)
     out["a"]["k"] = 99.0
     assert BASE["a"]["k"] == 1.0
+
+
+GUARD = {"a": ["av"], "b": []}
+BASE_HELD = {**BASE_RUNS, "av": RunMetrics(name="av", split="validate", model="a",
+                                           workload="w", ape={"e2e_mean": 0.05,
+                                                              "ttft_mean": 0.05})}
+BETTER_A = {"a1": _run("a1", "a", 0.01, 0.01), "a2": _run("a2", "a", 0.01, 0.01),
+            "b1": _run("b1", "b", 0.0, 0.0)}
+
+
+def _held(e2e: float) -> RunMetrics:
+    return RunMetrics(name="av", split="validate", model="a", workload="w",
+                      ape={"e2e_mean": e2e, "ttft_mean": 0.05})
+
+
+def test_a_polish_that_costs_its_validate_runs_is_not_kept() -> None:
+    """As the search's polish: training loss bought with held-out accuracy is refused."""
+    out = better_groups(BASE, CAND, BASE_HELD, {**BETTER_A, "av": _held(0.09)}, MEMBERS,
+                        GUARD)
+    assert out["a"] == BASE["a"] and out["b"] == CAND["b"]  # b has no validate run
+
+
+def test_a_polish_within_the_validate_slack_is_kept() -> None:
+    out = better_groups(BASE, CAND, BASE_HELD, {**BETTER_A, "av": _held(0.0505)}, MEMBERS,
+                        GUARD)
+    assert out["a"] == CAND["a"]
+
+
+def test_an_invalid_validate_run_before_the_polish_does_not_block_it() -> None:
+    was = {**BASE_HELD, "av": RunMetrics(name="av", split="validate", model="a",
+                                         workload="w", valid=False, reason="overloaded")}
+    out = better_groups(BASE, CAND, was, {**BETTER_A, "av": _held(0.5)}, MEMBERS, GUARD)
+    assert out["a"] == CAND["a"]
