@@ -137,9 +137,9 @@ def better_groups(base: Mapping[str, Mapping[str, float]], cand: Mapping[str, Ma
     """
     out = {g: dict(v) for g, v in base.items()}
     for g in sorted(cand):
-        runs, kept = list(members.get(g, ())), list((guard or {}).get(g, ()))
-        was = loss(base_runs, kept) if kept else math.inf
-        held = not math.isfinite(was) or loss(cand_runs, kept) <= was * (1.0 + VAL_SLACK)
+        runs, held_out = list(members.get(g, ())), list((guard or {}).get(g, ()))
+        was = loss(base_runs, held_out) if held_out else math.inf  # inf: nothing to hold
+        held = not math.isfinite(was) or loss(cand_runs, held_out) <= was * (1.0 + VAL_SLACK)
         if runs and loss(cand_runs, runs) < loss(base_runs, runs) and held:
             out[g] = dict(cand[g])
     return out
