@@ -82,10 +82,12 @@ def refit_for_loop(program: Program, groups: Mapping[str, Mapping[str, float]], 
 
     def keep_better(base: Groups, base_loss: float, base_sims: dict[str, RunMetrics],
                     cand: Groups) -> tuple[Groups, float, dict[str, RunMetrics]]:
-        members = {g: [n for n in train if group_key(ev.by_name[n], scope) == g] for g in cand}
-        guard = {g: [n for n in held if group_key(ev.by_name[n], scope) == g] for g in cand}
+        def by_group(runs: Sequence[str]) -> dict[str, list[str]]:
+            return {g: [n for n in runs if group_key(ev.by_name[n], scope) == g] for g in cand}
+
         out = better_groups(base, cand, base_sims,
-                            _simulate(program, model, ev, cand, scope, names), members, guard)
+                            _simulate(program, model, ev, cand, scope, names),
+                            by_group(train), by_group(held))
         if out == base:
             return base, base_loss, base_sims
         out_loss, out_sims = train_loss(out)
