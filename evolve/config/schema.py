@@ -221,10 +221,10 @@ class OperatorSection:
         True, "kind llm: send generation g+1's LLM requests (planned from generation g's "
         "parents) while generation g fits and judges")
     lookahead: int = _doc(
-        2, "kind llm with overlap: generations whose LLM requests are in flight while one "
-        "fits (1: the next only; 2: the next two, both planned from the parents of their "
-        "generation minus 2 at the latest, so a generation with many LLM children does not "
-        "stall the fits; docs/llm.md)")
+        1, "kind llm with overlap: generations whose LLM requests are in flight while one "
+        "fits (1: the next, planned from the current generation's parents; 2: the next "
+        "two, planned up to two generations behind the selection, which the LLM's programs "
+        "rarely survive; docs/llm.md)")
 
 
 @dataclass

@@ -122,8 +122,8 @@ def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
     """The LLM operator against a real OpenAI-compatible server on 127.0.0.1
     (tests/support/llm_server.py), whose usage figures make every reply cost 100 tokens: each call
     is archived, and the run stops once the token budget is spent."""
-    # one batch ahead: what is served is exact, not timing
-    summary, tables, served = _budget_run(tmp_path / "f.db", operator__lookahead=1)
+    # one batch ahead (the default): what is served is exact, not timing
+    summary, tables, served = _budget_run(tmp_path / "f.db")
     # 3 children x 100 tokens per generation: the budget is crossed during generation 2
     assert summary.status == "stopped:llm_tokens" and summary.generations_done == 2
     calls = tables["llm_calls"]
@@ -133,10 +133,10 @@ def test_llm_calls_are_archived_and_the_token_budget_stops_the_run(tmp_path):
 
 
 def test_batches_sent_ahead_past_a_token_budget_are_never_archived(tmp_path):
-    """Two batches ahead (the default lookahead): generation 3's batch is sent at
-    generation 1, before the budget is crossed in generation 2. The run still stops there
-    and archives only what it used; the endpoint may have answered up to that batch more."""
-    summary, tables, served = _budget_run(tmp_path / "g.db")
+    """Two batches ahead (``lookahead = 2``): generation 3's batch is sent at generation 1,
+    before the budget is crossed in generation 2. The run still stops there and archives
+    only what it used; the endpoint may have answered up to that batch more."""
+    summary, tables, served = _budget_run(tmp_path / "g.db", operator__lookahead=2)
     assert summary.status == "stopped:llm_tokens" and summary.generations_done == 2
     assert len(tables["llm_calls"]) == 6 and 6 <= served <= 9
 

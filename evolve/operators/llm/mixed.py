@@ -17,10 +17,10 @@ Overlap (``overlap=True``): after the loop has the proposals of generation ``g``
 ``g + 1 .. g + lookahead`` not planned yet (``operator.lookahead``); their LLM requests are
 planned then (from ``g``'s parents) and sent, in generation order, on one background thread
 while ``g`` fits and judges. :meth:`propose` of generation ``t`` collects ``t``'s batch and
-accounts it in request order. Why more than one ahead: the LLM children per generation
-vary (a binomial draw), and with one batch ahead a generation with four or five of them
-left both fitting workers idle while the model finished (2 cores, seed 1: 14-17 s a
-generation); with two, the model works through the next batch instead. A recorded run and
+accounts it in request order. One ahead is the default: farther ahead, the LLM proposes
+from parents up to ``lookahead`` generations behind the selection, and on twelve seeds its
+programs then never reached a pick (docs/llm.md); more than one is for a model slower than
+a generation's fits. A recorded run and
 its cassette replay make the same plans, so their archives are identical. A resumed run
 has no batch in flight: its first generations plan their LLM requests from their own
 parents (those LLM children differ from an uninterrupted run's; docs/llm.md).

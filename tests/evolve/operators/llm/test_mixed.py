@@ -148,7 +148,7 @@ def test_runs_stored_before_mixing_load_as_the_llm_alone():
     fresh = Config()
     fresh.operator.kind = "llm"
     assert fresh.stored_dict()["operator"]["llm_share"] == pytest.approx(0.25)
-    assert fresh.stored_dict()["operator"]["lookahead"] == 2
+    assert fresh.stored_dict()["operator"]["lookahead"] == 1
     assert fresh.stored_dict()["llm"]["replies_per_prompt"] == 2
 
 
