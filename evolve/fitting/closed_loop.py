@@ -19,6 +19,7 @@ slices; the official score remains the full closed-loop simulation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -48,6 +49,13 @@ SEED_SIGMA0 = 0.08
 # polish of its pick and an export's refit keep a polish only then): a refit on training
 # runs must not buy training loss with the held-out accuracy the pick was chosen for.
 VAL_SLACK = 0.02
+
+
+def validate_holds(was: float, now: float) -> bool:
+    """Whether a polish that moved the validate loss from ``was`` to ``now`` may be kept:
+    at most ``VAL_SLACK`` worse, or nothing to hold (``was`` NaN: no validate runs)."""
+    return math.isnan(was) or now <= was * (1.0 + VAL_SLACK)
+
 TOLERANCES = {"tolfun": 1e-6}  # cma's defaults otherwise; each evaluation is a simulation
 
 

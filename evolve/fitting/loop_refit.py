@@ -15,13 +15,12 @@ validate runs hold.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from evaluator.api import Evaluator, ProbeBatches, RunMetrics, loss
 from evolve.fitting.bounds import const_map, derived_seed, group_key
-from evolve.fitting.closed_loop import VAL_SLACK, closed_loop_fit
+from evolve.fitting.closed_loop import closed_loop_fit, validate_holds
 from evolve.program.codegen import step_model
 from evolve.program.language import Program
 
@@ -140,8 +139,8 @@ def better_groups(base: Mapping[str, Mapping[str, float]], cand: Mapping[str, Ma
     out = {g: dict(v) for g, v in base.items()}
     for g in sorted(cand):
         runs, held_out = list(members.get(g, ())), list((guard or {}).get(g, ()))
-        was = loss(base_runs, held_out) if held_out else math.inf  # inf: nothing to hold
-        held = not math.isfinite(was) or loss(cand_runs, held_out) <= was * (1.0 + VAL_SLACK)
+        held = not held_out or validate_holds(loss(base_runs, held_out),
+                                              loss(cand_runs, held_out))
         if runs and loss(cand_runs, runs) < loss(base_runs, runs) and held:
             out[g] = dict(cand[g])
     return out

@@ -11,12 +11,11 @@ not buy training loss with the held-out accuracy the pick was chosen for.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from evolve.config.schema import Config
 from evolve.fitting import closed_loop_fit, group_key
-from evolve.fitting.closed_loop import SIGMA0, VAL_SLACK
+from evolve.fitting.closed_loop import SIGMA0, validate_holds
 from evolve.program.language import Program, parse_program
 from evolve.search.books import Books
 from evolve.search.context import RunContext, Scored
@@ -63,7 +62,7 @@ def closed_refit(ctx: RunContext, cfg: Config, prog: Program, res: Scored, evals
     out = score_program(ctx, prog, fit.groups)
     out.n_evals = res.n_evals + fit.n_evals
     # a refit on the training slices must not buy training loss with held-out accuracy
-    held = math.isnan(res.val_loss) or out.val_loss <= res.val_loss * (1.0 + VAL_SLACK)
+    held = validate_holds(res.val_loss, out.val_loss)
     return out if out.ok and out.loss < res.loss and held else res
 
 
