@@ -23,6 +23,11 @@ is the accuracy that counts. This takes docs/blis.md's path end to end, as a use
 exported (fitted in BLIS's loop, no refit), built into BLIS and replayed on the runs of the
 model the fold never saw.
 
+``--async-scheduling``: the second route of docs/blis.md ("BLIS with async scheduling"):
+BLIS built with ``build_blis.py --async-scheduling``, the program exported for vLLM's loop
+(``--loop vllm`` is added to export-go's arguments), and the replica is ``evolve validate
+--loop vllm --step-noise 0`` (BLIS's ``StepTime`` is deterministic).
+
 Prints a table (``--json``: the figures) and writes them to ``OUT/accuracy.json``.
 """
 
@@ -70,12 +75,13 @@ def export(out: Path, export_args: list[str], data: str | None) -> tuple[Path, P
     return go, consts, prog
 
 
-def build(go: Path, out: Path) -> Path:
+def build(go: Path, out: Path, async_scheduling: bool = False) -> Path:
     blis = out / "bin" / "blis"
     blis.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    more = ["--async-scheduling"] if async_scheduling else []
     _run([sys.executable, str(ROOT / "scripts" / "build_blis.py"), "--model", str(go),
-          "--out", str(blis)], "build_blis.py")
+          "--out", str(blis), *more], "build_blis.py")
     print(f"built {blis} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return blis
 
@@ -99,11 +105,14 @@ def replay(name: str, n_req: int, blis: Path, out: Path, data: str | None
             "replay_s": time.perf_counter() - t0}
 
 
-def replica(prog: Path, consts: Path, data: str | None, names: list[str]) -> dict:
-    """``evolve validate --loop blis`` on the same constants: evolve's replica of BLIS."""
+def replica(prog: Path, consts: Path, data: str | None, names: list[str],
+            async_scheduling: bool = False) -> dict:
+    """``evolve validate --loop blis`` on the same constants: evolve's replica of BLIS
+    (``async_scheduling``: ``--loop vllm --step-noise 0``, of the patched BLIS)."""
     data_args = ["--data", data] if data else []
-    out = _run([*EVOLVE, "validate", str(prog), "--constants", str(consts), "--loop", "blis",
-                "--json", "--no-plots", *data_args], "evolve validate --loop blis")
+    loop = ["vllm", "--step-noise", "0"] if async_scheduling else ["blis"]
+    out = _run([*EVOLVE, "validate", str(prog), "--constants", str(consts), "--loop", *loop,
+                "--json", "--no-plots", *data_args], f"evolve validate --loop {loop[0]}")
     runs = json.loads(out)["runs"]
     return {n: runs[n] for n in names}
 
@@ -132,12 +141,19 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--lomo", action="store_true",
                     help="leave one model out: the arguments after -- are evolve generalize's")
+    ap.add_argument("--async-scheduling", action="store_true",
+                    help="BLIS with vLLM's async step formation and the program's vLLM-loop "
+                         "constants (docs/blis.md)")
     ap.add_argument("export_args", nargs=argparse.REMAINDER,
                     help="after --: the arguments of `evolve export-go` (program, --archive...)")
     args = ap.parse_args()
     export_args = args.export_args[1:] if args.export_args[:1] == ["--"] else args.export_args
     if not export_args:
         ap.error("give the program to export after --, e.g. -- bda4b959 --archive a.db")
+    if args.async_scheduling and args.lomo:
+        ap.error("--async-scheduling measures one export, not --lomo's folds")
+    if args.async_scheduling and "--loop" not in export_args:
+        export_args = [*export_args, "--loop", "vllm"]
     from evaluator.api import load_scenarios
 
     args.out = args.out.resolve()  # the replays run in it: every path absolute
@@ -160,8 +176,8 @@ def main() -> None:
     figures = {}
     for work, ex_args, runs in jobs:
         go, consts, prog = export(work, ex_args, args.data)
-        blis = build(go, work)
-        ours = replica(prog, consts, args.data, [s.name for s in runs])
+        blis = build(go, work, args.async_scheduling)
+        ours = replica(prog, consts, args.data, [s.name for s in runs], args.async_scheduling)
         figures.update(compare(runs, blis, work, args.data, ours))
     (args.out / "accuracy.json").write_text(json.dumps(figures, indent=1, sort_keys=True))
     if args.json:

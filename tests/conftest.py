@@ -72,7 +72,8 @@ def real_data_available() -> bool:
 # with --durations), or when it says so itself.
 SERVICE_FIXTURES = {"go_toolchain", "harness", "pg", "ray_head"}
 SERVICE_MODULES = {"test_local_llm", "test_report_browser", "test_report_untrusted",
-                   "test_blis_measured", "test_blis_replay", "test_go_blis", "test_build_blis",
+                   "test_blis_measured", "test_blis_replay", "test_blis_async", "test_go_blis",
+                   "test_build_blis",
                    "test_postgres_archive", "test_ray_executor", "test_ray_lost"}
 # Session fixtures that run a whole (tiny) search: every test on them waits for it.
 SLOW_FIXTURES = {"tiny_run", "_finished_run", "uninterrupted_digest", "sqlite_reference"}
