@@ -21,7 +21,7 @@ is the accuracy that counts. This takes docs/blis.md's path end to end, as a use
 --mode lomo`` holds it out: the arguments after ``--`` go to ``evolve generalize PROGRAM
 --mode lomo --loop blis`` (e.g. ``layered --polish-evals 0``), each fold's constants are
 exported (fitted in BLIS's loop, no refit), built into BLIS and replayed on the runs of the
-model the fold never saw.
+model the fold never saw (with ``--async-scheduling``: folds fitted in vLLM's loop).
 
 ``--async-scheduling``: the second route of docs/blis.md ("BLIS with async scheduling"):
 BLIS built with ``build_blis.py --async-scheduling``, the program exported for vLLM's loop
@@ -117,13 +117,14 @@ def replica(prog: Path, consts: Path, data: str | None, names: list[str],
     return {n: runs[n] for n in names}
 
 
-def lomo_folds(out: Path, gen_args: list[str], data: str | None) -> tuple[str, dict]:
-    """``evolve generalize ... --mode lomo --loop blis --json``: (program, {model: groups})."""
+def lomo_folds(out: Path, gen_args: list[str], data: str | None, loop: str = "blis"
+               ) -> tuple[str, dict]:
+    """``evolve generalize ... --mode lomo --loop LOOP --json``: (program, {model: groups})."""
     data_args = ["--data", data] if data else []
-    print(f"folds: evolve generalize {shlex.join(gen_args)} --mode lomo --loop blis",
+    print(f"folds: evolve generalize {shlex.join(gen_args)} --mode lomo --loop {loop}",
           file=sys.stderr)
     doc = json.loads(_run([*EVOLVE, "generalize", *gen_args, "--mode", "lomo", "--loop",
-                           "blis", "--json", *data_args], "evolve generalize"))
+                           loop, "--json", *data_args], "evolve generalize"))
     (out / "lomo.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     return gen_args[0], doc["constants"]
 
@@ -150,9 +151,7 @@ def main() -> None:
     export_args = args.export_args[1:] if args.export_args[:1] == ["--"] else args.export_args
     if not export_args:
         ap.error("give the program to export after --, e.g. -- bda4b959 --archive a.db")
-    if args.async_scheduling and args.lomo:
-        ap.error("--async-scheduling measures one export, not --lomo's folds")
-    if args.async_scheduling and "--loop" not in export_args:
+    if args.async_scheduling and not args.lomo and "--loop" not in export_args:
         export_args = [*export_args, "--loop", "vllm"]
     from evaluator.api import load_scenarios
 
@@ -161,7 +160,8 @@ def main() -> None:
     scenarios = load_scenarios(args.data)
     chosen = [s for s in scenarios if not args.runs or any(p in s.name for p in args.runs)]
     if args.lomo:
-        spec, folds = lomo_folds(args.out, export_args, args.data)
+        loop = "vllm" if args.async_scheduling else "blis"
+        spec, folds = lomo_folds(args.out, export_args, args.data, loop)
         jobs = []
         for model, groups in sorted(folds.items()):
             fold = args.out / f"fold-{model}"
@@ -169,7 +169,7 @@ def main() -> None:
             (fold / "fold.json").write_text(json.dumps(groups))
             scope = "global" if list(groups) == ["global"] else "pooled"
             jobs.append((fold, [spec, "--constants", str(fold / "fold.json"), "--scope", scope,
-                                "--fitted-loop", "blis", "--no-refit"],
+                                "--fitted-loop", loop, "--loop", loop, "--no-refit"],
                          [s for s in chosen if s.model == model]))
     else:
         jobs = [(args.out, export_args, chosen)]

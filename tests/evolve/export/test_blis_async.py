@@ -16,21 +16,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from needs import require_blis_build
+from blis_run import build_blis, replay
 
 from evaluator.api import load_scenarios
 from evolve.cli.main import main
-from evolve.export.go.writer import BLIS_COMMIT
 
-ROOT = Path(__file__).resolve().parents[3]
 RUNS = ("20260217-155451-llama-2-7b-tp1-codegen", "20260217-203421-llama-2-70b-hf-tp4-codegen")
 PICK = '''"""Seed 7's 60-generation pick (ca7be6830cc6): trained physics with the all-reduce."""
 CONSTANTS = {'dc_kv': (1.94710771, 0.01, 20.0), 'k1': (0.0, 0.0, 10.0),
@@ -76,21 +70,10 @@ def exported(tmp_path_factory, data_path) -> tuple[Path, Path, Path]:
     return prog, consts, go_file
 
 
-def _build(go_file: Path, out: Path, *flags: str) -> Path:
-    go, source = require_blis_build(BLIS_COMMIT)
-    out.parent.mkdir(parents=True)
-    build = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_blis.py"),
-                            "--source", str(source), "--model", str(go_file), "--out",
-                            str(out), *flags], capture_output=True, text=True,
-                           env=dict(os.environ, GO=go))
-    assert build.returncode == 0, build.stdout + build.stderr
-    return out
-
-
 @pytest.fixture(scope="module")
 def async_blis(exported, tmp_path_factory) -> Path:
-    return _build(exported[2], tmp_path_factory.mktemp("async") / "bin" / "blis",
-                  "--async-scheduling")
+    return build_blis(exported[2], tmp_path_factory.mktemp("async") / "bin" / "blis",
+                      "--async-scheduling")
 
 
 @pytest.fixture(scope="module")
@@ -105,16 +88,9 @@ def replica(exported, data_path) -> dict:
     return json.loads(out.getvalue())["runs"]
 
 
-def _replay(blis: Path, run: str, data_path: Path, work: Path, capsys) -> tuple[float, float]:
+def _means(blis: Path, run: str, data_path: Path, work: Path, capsys) -> tuple[float, float]:
     """BLIS's mean E2E and TTFT (s) over a whole run; every request must complete."""
-    prefix = work / "trace"
-    capsys.readouterr()
-    assert main(["export-trace", run, "--data", str(data_path), "--out", str(prefix),
-                 "--blis", str(blis), "--blis-dir", str(blis.parent)]) == 0
-    argv = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
-    res = subprocess.run(argv, capture_output=True, text=True, cwd=work)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    done = json.loads(Path(f"{prefix}.results.json").read_text())
+    done = replay(blis, run, data_path, work / "trace", capsys)
     (sc,) = load_scenarios(data_path, [run])
     assert len(done) == sc.n_requests
     return (float(np.mean([r["e2e_us"] for r in done])) / 1e6,
@@ -125,7 +101,7 @@ def _replay(blis: Path, run: str, data_path: Path, work: Path, capsys) -> tuple[
 @pytest.mark.parametrize("run", RUNS)
 def test_vllm_loop_export_in_async_blis_matches_the_measured_run(run, async_blis, replica,
                                                                  data_path, tmp_path, capsys):
-    e2e, ttft = _replay(async_blis, run, data_path, tmp_path, capsys)
+    e2e, ttft = _means(async_blis, run, data_path, tmp_path, capsys)
     (sc,) = load_scenarios(data_path, [run])
     meas = sc.measured.summary
     d_e2e, d_ttft = e2e / meas["e2e_mean"] - 1, ttft / meas["ttft_mean"] - 1
@@ -140,9 +116,9 @@ def test_vllm_loop_export_in_async_blis_matches_the_measured_run(run, async_blis
 @pytest.mark.real_data
 def test_stock_blis_runs_the_same_export_with_ttft_a_step_short(exported, data_path,
                                                                  tmp_path, capsys):
-    blis = _build(exported[2], tmp_path / "stock" / "bin" / "blis")
+    blis = build_blis(exported[2], tmp_path / "stock" / "bin" / "blis")
     run = RUNS[0]
-    _e2e, ttft = _replay(blis, run, data_path, tmp_path, capsys)
+    _e2e, ttft = _means(blis, run, data_path, tmp_path, capsys)
     (sc,) = load_scenarios(data_path, [run])
     d_ttft = ttft / sc.measured.summary["ttft_mean"] - 1
     print(f"{run}: in stock BLIS mean TTFT {100 * d_ttft:+.2f} %")

@@ -13,21 +13,15 @@ targets: mean E2E within 3 %, mean TTFT within 10 % of the measurements; and BLI
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from needs import require_blis_build
+from blis_run import build_blis, replay
 
 from evaluator.api import load_scenarios
 from evolve.cli.main import main
-from evolve.export.go.writer import BLIS_COMMIT
 
-ROOT = Path(__file__).resolve().parents[3]
 RUNS = ("20260217-155451-llama-2-7b-tp1-codegen", "20260217-203421-llama-2-70b-hf-tp4-codegen")
 CONSTS = {  # evolve fit layered --scope per_model --loop blis (above), 2026-12-06
     "llama-2-7b": {"comm": 1.0, "gemm_eff": 0.8348617642663232, "mem_eff": 1.1054962398956374,
@@ -46,20 +40,13 @@ CONSTS = {  # evolve fit layered --scope per_model --loop blis (above), 2026-12-
 @pytest.fixture(scope="module")
 def blis_with_layered(tmp_path_factory, data_path) -> tuple[Path, Path]:
     """The `blis` binary with the exported model in it, and the constants file."""
-    go, source = require_blis_build(BLIS_COMMIT)
     work = tmp_path_factory.mktemp("blis_measured")
     consts, go_file, blis = work / "c.json", work / "evolved.go", work / "bin" / "blis"
     consts.write_text(json.dumps(CONSTS))
     assert main(["export-go", "layered", "--constants", str(consts), "--scope", "per_model",
                  "--fitted-loop", "blis", "--no-refit", "--data", str(data_path), "-o",
                  str(go_file)]) == 0
-    blis.parent.mkdir()
-    build = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_blis.py"),
-                            "--source", str(source), "--model", str(go_file), "--out",
-                            str(blis)], capture_output=True, text=True,
-                           env=dict(os.environ, GO=go))
-    assert build.returncode == 0, build.stdout + build.stderr
-    return blis, consts
+    return build_blis(go_file, blis), consts
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +68,7 @@ def replica(blis_with_layered, data_path) -> dict:
 def test_exported_model_in_blis_matches_the_measured_run(run, blis_with_layered, replica,
                                                          data_path, tmp_path, capsys):
     blis, _consts = blis_with_layered
-    prefix = tmp_path / "trace"
-    capsys.readouterr()
-    assert main(["export-trace", run, "--data", str(data_path), "--out", str(prefix),
-                 "--blis", str(blis), "--blis-dir", str(blis.parent)]) == 0
-    argv = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
-    replay = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
-    assert replay.returncode == 0, replay.stdout[-2000:] + replay.stderr[-2000:]
-    res = json.loads(Path(f"{prefix}.results.json").read_text())
+    res = replay(blis, run, data_path, tmp_path / "trace", capsys)
     (sc,) = load_scenarios(data_path, [run])
     assert len(res) == sc.n_requests  # a normal run: every request completes
     blis_e2e = np.mean([r["e2e_us"] for r in res]) / 1e6

@@ -19,20 +19,13 @@ which is missing (``EVOLVE_SKIP_BLIS=1`` / ``EVOLVE_SKIP_GO=1`` skip it on purpo
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from needs import require_blis_build
+from blis_run import build_blis, replay
 
 from evolve.cli.main import main
-from evolve.export.go.writer import BLIS_COMMIT
 
-ROOT = Path(__file__).resolve().parents[3]
 RUN, START, END = "llama-2-7b-tp1-general", 600, 660  # the 20 rps stage: real batching
 PROGRAM = '''"""Champion shape: a KV-write or per-request bound step plus a fixed cost per step."""
 
@@ -60,7 +53,6 @@ CONSTS = {"llama-2-7b": {"s1": 0.77, "per_req_us": 111.0, "per_step_us": 6950.0,
 
 @pytest.mark.real_data
 def test_blis_replay_agrees_with_evolve_validate(tmp_path, data_path, capsys):
-    go, source = require_blis_build(BLIS_COMMIT)
     prog, consts = tmp_path / "champion.py", tmp_path / "consts.json"
     prog.write_text(PROGRAM)
     consts.write_text(json.dumps(CONSTS))
@@ -68,22 +60,9 @@ def test_blis_replay_agrees_with_evolve_validate(tmp_path, data_path, capsys):
     assert main(["export-go", str(prog), "--constants", str(consts), "--scope", "per_model",
                  "--fitted-loop", "blis", "--no-refit", "--data", str(data_path), "-o",
                  str(go_file)]) == 0
-    blis.parent.mkdir()
-    env = dict(os.environ, GO=go)
-    build = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_blis.py"), "--source",
-                            str(source), "--model", str(go_file), "--out", str(blis)],
-                           capture_output=True, text=True, env=env)
-    assert build.returncode == 0, build.stdout + build.stderr
-
+    build_blis(go_file, blis)
     prefix = tmp_path / "slice"
-    capsys.readouterr()
-    assert main(["export-trace", RUN, "--data", str(data_path), "--from", str(START), "--to",
-                 str(END), "--out", str(prefix), "--blis", str(blis), "--blis-dir",
-                 str(blis.parent)]) == 0
-    argv = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
-    replay = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
-    assert replay.returncode == 0, replay.stdout[-2000:] + replay.stderr[-2000:]
-    res = json.loads(Path(f"{prefix}.results.json").read_text())
+    res = replay(blis, RUN, data_path, prefix, capsys, "--from", str(START), "--to", str(END))
 
     data = tmp_path / "data"
     assert main(["ingest", f"{prefix}.yaml", "--out", str(data), "--name", "slice",
