@@ -25,6 +25,11 @@ from evolve.workflows.targets import on_all_cores
 Groups = dict[str, dict[str, float]]
 
 
+# Where vLLM-loop constants run as fitted: stock BLIS forms steps without async scheduling.
+VLLM_BLIS = ("; for a BLIS with vLLM's async scheduling (scripts/build_blis.py "
+             "--async-scheduling, docs/blis.md), not stock BLIS (--loop blis)")
+
+
 @dataclass
 class LoopExport:
     """What ``export-go`` writes: constants for ``loop`` and their accuracy there."""
@@ -43,7 +48,8 @@ class LoopExport:
         if self.refit is None:
             if self.fitted_loop is None:
                 return f"the program's declared values, not fitted; accuracy in {where}"
-            return f"fitted in {LOOP_NAMES[self.fitted_loop]}, exported as they are"
+            return f"fitted in {LOOP_NAMES[self.fitted_loop]}, exported as they are" + (
+                VLLM_BLIS if self.loop == "vllm" else "")
         r = self.refit
         how = (f"refitted in {where} from constants fitted in "
                f"{LOOP_NAMES[self.fitted_loop or 'vllm']} (teacher-forced fits and a "

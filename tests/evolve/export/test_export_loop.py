@@ -97,6 +97,7 @@ def test_no_refit_and_vllm_loop_keep_the_archived_constants(tmp_path, vllm_run, 
     text, consts, _ = _export(tmp_path, vllm_run, pid, capsys, "--loop", "vllm")
     assert consts == archived
     assert "// Expected accuracy in vLLM's engine loop" in text
+    assert "for a BLIS with vLLM's async scheduling (scripts/build_blis.py" in text
 
 
 @pytest.mark.real_data
