@@ -233,3 +233,17 @@ def test_find_go_order(tmp_path, monkeypatch):
     monkeypatch.setenv("GO", "/no/such/go")
     with pytest.raises(RuntimeError, match="GO=/no/such/go does not exist"):
         build_blis.find_go()
+
+
+def test_async_edits_anchor_once_in_the_pinned_source(tmp_path):
+    """Each of ``--async-scheduling``'s edits finds its anchor exactly once in BLIS at the
+    pinned commit (a moved anchor would fail the build; this says which one, without Go)."""
+    from needs import require_blis
+
+    edits = build_blis.async_edits()
+    files = sorted({rel for rel, _old, _new in edits})
+    src = build_blis.extract(require_blis(build_blis.PINNED), tmp_path / "src",
+                             build_blis.PINNED, files)
+    for rel, old, new in edits:
+        assert (src / rel).read_text().count(old) == 1, (rel, old)
+        assert "evolve" in new.replace(old, "")  # what it adds carries the marker
