@@ -1,7 +1,8 @@
 """scripts/build_blis.py without Go or BLIS: where BLIS's source comes from (one resolution
 for the script and tests/support/needs.py), extraction from a tarball or a git copy, the cache
-clone, finding Go, and that no build leaves its work folder behind. The real builds are
-tests/evolve/export/test_blis_replay.py and test_go_blis.py."""
+clone, finding Go, and that no build leaves its work folder behind; the async edits'
+anchors against the pinned source (no Go). The real builds are
+tests/evolve/export/test_blis_replay.py, test_blis_async.py and test_go_blis.py."""
 
 from __future__ import annotations
 
