@@ -1,4 +1,4 @@
-"""scripts/build_blis.py without Go or BLIS: where BLIS's source comes from (one resolution
+"""scripts/build_blis.py without Go or a BLIS build: where BLIS's source comes from (one resolution
 for the script and tests/support/needs.py), extraction from a tarball or a git copy, the cache
 clone, finding Go, and that no build leaves its work folder behind; the async edits'
 anchors against the pinned source (no Go). The real builds are
