@@ -30,6 +30,7 @@ from evaluator.data.experiment import (
     load_scenarios,
     write_experiment,
 )
+from evaluator.data.host_time import sampled_host_us
 from evaluator.data.prompt_cache import prompt_period, with_prompt_cache
 from evaluator.data.run_files import limit_problem
 from evaluator.data.scenarios import LOOPS, DataError, Scenario, data_dir
@@ -120,6 +121,7 @@ __all__ = [
     "request_inputs",
     "request_latencies",
     "run_loss",
+    "sampled_host_us",
     "scaled",
     "scenario_trace",
     "shell",
@@ -158,16 +160,22 @@ def ordered_map(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Itera
 
 def with_sim_options(scenarios: Sequence[Scenario], step_noise: float = 0.0,
                      host_us_per_open: float = 0.0,
-                     loss_weights: Mapping[str, float] | None = None) -> list[Scenario]:
+                     loss_weights: Mapping[str, float] | None = None,
+                     host_floor_us: float | Mapping[str, float] = 0.0) -> list[Scenario]:
     """The scenarios with seeded step-time noise of sd(log) ``step_noise``, the what-if host
-    cost ``host_us_per_open`` (µs per step per open request; :mod:`evaluator.sim.simulator`)
-    and the loss weights of the steady percentiles (``evaluator.scoring.score.
-    DEFAULT_LOSS_WEIGHTS``' keys; None: the defaults)."""
-    if step_noise < 0 or host_us_per_open < 0:
-        raise ValueError("step_noise and host_us_per_open must be >= 0")
+    cost ``host_us_per_open`` (µs per step per open request; :mod:`evaluator.sim.simulator`),
+    the loss weights of the steady percentiles (``evaluator.scoring.score.
+    DEFAULT_LOSS_WEIGHTS``' keys; None: the defaults) and the what-if floor under every step
+    ``host_floor_us`` (µs for every run, or per run name with none for a run not named;
+    :mod:`evaluator.data.host_time`)."""
+    floors = ({s.name: float(host_floor_us) for s in scenarios}
+              if isinstance(host_floor_us, (int, float)) else dict(host_floor_us))
+    if step_noise < 0 or host_us_per_open < 0 or any(not v >= 0 for v in floors.values()):
+        raise ValueError("step_noise, host_us_per_open and host_floor_us must be >= 0")
     weights = None if loss_weights is None else {k: float(v) for k, v in loss_weights.items()}
     return [replace(s, step_noise=float(step_noise), host_us_per_open=float(host_us_per_open),
-                    loss_weights=weights) for s in scenarios]
+                    host_floor_us=float(floors.get(s.name, 0.0)), loss_weights=weights)
+            for s in scenarios]
 
 
 class Evaluator:
@@ -190,19 +198,21 @@ class Evaluator:
     def from_data(cls, data: str | None = None, names: list[str] | None = None,
                   prompt_cache: bool = True, async_scheduling: bool = True,
                   loop: str = "vllm", step_noise: float = 0.0, host_us_per_open: float = 0.0,
-                  loss_weights: Mapping[str, float] | None = None) -> Evaluator:
+                  loss_weights: Mapping[str, float] | None = None,
+                  host_floor_us: float | Mapping[str, float] = 0.0) -> Evaluator:
         """The scenarios of a data directory; one with none is an error (every command
         that loads one would print an empty table and exit 0). ``prompt_cache``: simulate
         vLLM's prefix caching of whole repeated prompts (:mod:`evaluator.data.prompt_cache`); off,
         only the shared system prompts are cached. ``async_scheduling``: a busy engine forms
         each step while the previous one runs (vLLM's default since 0.14). ``loop``: the
         engine loop simulated (``LOOPS``: vllm, or blis for BLIS's). ``step_noise``,
-        ``host_us_per_open``, ``loss_weights``: :func:`with_sim_options`."""
+        ``host_us_per_open``, ``loss_weights``, ``host_floor_us``: :func:`with_sim_options`."""
         scenarios = load_scenarios(data, names, prompt_cache, async_scheduling, loop)
         if not scenarios:
             raise DataError(f"{data_dir(data) / 'experiments'}: no experiments (`evolve "
                             "ingest` writes them; `evolve data` lists a directory)")
-        return cls(with_sim_options(scenarios, step_noise, host_us_per_open, loss_weights))
+        return cls(with_sim_options(scenarios, step_noise, host_us_per_open, loss_weights,
+                                    host_floor_us))
 
     def simulate(self, model: StepModel, consts: ConstMap,
                  names: Sequence[str] | None = None, record_members: bool = False,

@@ -212,6 +212,9 @@ class Scenario:
     # what-if host cost per step (µs) per open request, arrived and neither finished nor
     # timed out (issue 58: Mixtral reasoning's decode interval); 0: none
     host_us_per_open: float = field(default=0.0, compare=False)
+    # what-if: every step lasts at least this many µs, the server's host loop (issue 58:
+    # the overloaded runs' sampled schedule calls; evaluator.data.host_time); 0: none
+    host_floor_us: float = field(default=0.0, compare=False)
     # weights of the loss's steady-percentile terms (evaluator.scoring.score); None: default
     loss_weights: dict[str, float] | None = field(default=None, compare=False)
 

@@ -45,7 +45,7 @@ _RUN_SIG = nb.types.Tuple((
     i8a, nb.int32[::1], nb.int32[::1], nb.int32[::1], nb.boolean[::1], nb.int32[::1],
 ))(STEP_FN_TYPE, f8a, f8a, f8a, f8a, i8a, i8a, i8a, i8a, i8a,
   nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.boolean, nb.boolean, nb.boolean,
-  f8a, nb.float64)
+  f8a, nb.float64, nb.float64)
 
 
 @nb.njit(cache=True)
@@ -83,14 +83,15 @@ def _count(st1, t, k, s):
 @nb.njit(_RUN_SIG, cache=True, nogil=True)
 def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt, order,
          shared_blocks, max_seqs, budget_max, block_size, kv_blocks, record, overlap, blis,
-         noise, host_per_open):
+         noise, host_per_open, host_floor):
     """``overlap``: vLLM's async scheduling. ``blis``: BLIS's loop at the pinned commit
     (docs/blis.md): a preempted request re-prefills its input and decodes every output
     token again (its TTFT re-timed), a newly admitted request's step sees no cached prefix
     (``ProgressIndex`` advances after ``StepTime``), steps last whole µs (at least 1).
     ``noise``: step ``j``'s time is multiplied by ``noise[j % len(noise)]`` (empty: none).
     ``host_per_open``: µs added to every step per open request (entered, neither finished
-    nor aborted)."""
+    nor aborted). ``host_floor``: every step lasts at least this many µs (0: no floor), the
+    engine stepping at its host loop's pace when that is the slower."""
     overlap = overlap and not blis
     n = entry.shape[0]
     state = np.zeros(n, np.int64)
@@ -353,6 +354,8 @@ def _run(fn, consts, arch, entry, deadline, input_len, output_len, group, prompt
                     aborted, pre_cnt, kv_used, m_ptr, m_req, m_new, m_kv, m_pf, m_len)
         if n_noise > 0:
             d = d * noise[step % n_noise]
+        if d < host_floor:
+            d = host_floor
         if host_per_open > 0.0:
             d = d + host_per_open * n_open
         if blis:  # BLIS's clock: whole µs, at least 1 (clampToInt64, max(1, ...))

@@ -18,7 +18,8 @@ measurements: docs/notes/2026-11-26-host-time-under-overload.md): whole repeated
 cached, evicted whole (``--no-prompt-cache``: system prompts only); vLLM's async
 scheduling (``--no-async-scheduling``); no CUDA-graph padding, detokenisation or API
 server; a step's duration from its batch only (the overloaded runs' host-time drift is
-not followed, unless ``Scenario.host_us_per_open`` prices it as a what-if); the load
+not followed, unless ``Scenario.host_us_per_open`` prices it or ``Scenario.host_floor_us``
+floors every step at the server's measured host time, both what-ifs); the load
 profile's output length for every request; the measured server's cold start (its first
 10-30 s are slow: the scorer's steady percentiles leave them out on both sides).
 
@@ -124,7 +125,7 @@ def simulate(scenario: Scenario, model, consts: np.ndarray,
                sv.block_size, sv.kv_blocks, bool(record_members),
                bool(scenario.async_scheduling), scenario.loop == "blis",
                step_noise_factors(scenario.name, run_step_noise(scenario)),
-               float(scenario.host_us_per_open)))
+               float(scenario.host_us_per_open), float(scenario.host_floor_us)))
     n_steps = int(out.n_steps)
     sel = out.admit >= 0
     wait = np.zeros(scenario.n_requests)

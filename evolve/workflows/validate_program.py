@@ -39,6 +39,7 @@ class ValidateOptions:
     simulator: dict[str, Any] = field(default_factory=dict)  # targets.simulator_options
     step_noise: float = 0.0  # sd of log of the seeded step-time noise
     host_us_per_open: float = 0.0  # what-if host time per open request per step
+    host_floor: str | None = None  # what-if floor under every step: "measured" or µs
 
 
 @dataclass
@@ -52,6 +53,7 @@ class ProgramValidation:
     names: list[str]  # the runs simulated
     step_noise: float
     host_us_per_open: float
+    host_floor_us: dict[str, float]  # the what-if floor of each run simulated (0: none)
     validation: Validation
     simulated: Any  # the groups, or {"groups", "scope"} when --scope differs from theirs
 
@@ -65,6 +67,7 @@ class ProgramValidation:
                 "admission_drift": val.drift, "context_price": val.context_price,
                 "sensitivity": val.sensitivity, "envelope": val.envelope,
                 "step_noise": self.step_noise, "host_us_per_open": self.host_us_per_open,
+                "host_floor_us": self.host_floor_us,
                 "percentiles_within_10pct": percentile_counts(val.metrics)}
 
 
@@ -78,7 +81,9 @@ def validate_program(program: Program, groups: dict[str, Any], label: str,
 
     ev = on_all_cores(Evaluator.from_data(opts.data, **opts.simulator,
                                           step_noise=opts.step_noise,
-                                          host_us_per_open=opts.host_us_per_open))
+                                          host_us_per_open=opts.host_us_per_open,
+                                          host_floor_us=host_floors(opts.host_floor,
+                                                                    opts.data)))
     note_roofline_kernels(program, ev.scenarios)
     names = ev.names(None if opts.split == "all" else opts.split)
     if not names:  # validate() reads no names as "every run"
@@ -94,8 +99,35 @@ def validate_program(program: Program, groups: dict[str, Any], label: str,
         f"{LOOP_NAMES[loop]}...")
     val = validate(ev, step_model(program), consts, names,
                    progress=lambda n: say(f"  simulated {n}"))
+    floors = {n: ev.by_name[n].host_floor_us for n in names}
     return ProgramValidation(program, label, scope, loop, names, opts.step_noise,
-                             opts.host_us_per_open, val, simulated)
+                             opts.host_us_per_open, floors, val, simulated)
+
+
+def parse_host_floor(spec: str | None) -> str | float:
+    """``--host-floor`` checked: ``"measured"``, a number of µs (0 for none), else a
+    :class:`UserError` (found before any work)."""
+    if spec is None or spec == "measured":
+        return spec or 0.0
+    try:
+        value = float(spec)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value < float("inf")):
+        raise UserError(f"--host-floor: 'measured' or a finite number of µs >= 0 (got {spec!r})")
+    return value
+
+
+def host_floors(spec: str | None, data: str | None) -> float | dict[str, float]:
+    """``--host-floor``: none (0), ``measured`` (each run's median sampled host time,
+    :func:`evaluator.data.host_time.sampled_host_us`; a run without sampled steps has
+    none) or a number of µs for every run (:func:`parse_host_floor`)."""
+    floor = parse_host_floor(spec)
+    if isinstance(floor, float):
+        return floor
+    from evaluator.api import data_dir, sampled_host_us
+
+    return sampled_host_us(data_dir(data))
 
 
 def write_plots(done: ProgramValidation, out: Path) -> list[Path]:

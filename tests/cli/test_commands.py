@@ -112,6 +112,14 @@ def test_validate_to_an_unwritable_out_fails_before_the_work(finished, tmp_path,
     assert time.monotonic() - t0 < 5  # nothing was simulated
 
 
+@pytest.mark.real_data
+def test_validate_with_a_host_floor_that_is_not_one_says_so(finished, capsys):
+    assert main(["validate", "0", "--archive", str(finished), "--no-plots",
+                 "--host-floor", "fast"]) == 2
+    assert "--host-floor: 'measured' or a finite number of µs >= 0 (got 'fast')" in \
+        _one_line(capsys)
+
+
 CODEGEN = "20260217-155451-llama-2-7b-tp1-codegen"
 WRITERS = {  # command -> its argv with OUT where it writes
     "report": ["report", "--archive", "{archive}", "--out", "OUT"],

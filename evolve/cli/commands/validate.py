@@ -11,7 +11,8 @@ again at step times 3 % shorter and longer), and writes four PNG plots
 program id (prefix accepted); its constants are those of its latest accepted evaluation. A
 program file can be validated too, with ``--constants JSON`` ({group: {name: value}}) or at
 its initial constants. ``--step-noise`` and ``--host-us-per-open`` set the simulator's
-step-time noise and the what-if host cost per open request (docs/concepts/simulator.md).
+step-time noise and the what-if host cost per open request; ``--host-floor`` the what-if
+floor under every step, the server's host time (docs/concepts/simulator.md).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from evolve.workflows.targets import (
 from evolve.workflows.validate_program import (
     ProgramValidation,
     ValidateOptions,
+    parse_host_floor,
     validate_program,
     write_plots,
 )
@@ -63,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(arrived, neither finished nor timed out); 7.6 is what the "
                              "Mixtral reasoning (validate) run's decode interval shows "
                              "(docs/concepts/simulator.md); default 0")
+    parser.add_argument("--host-floor", metavar="FLOOR",
+                        help="what-if: every step lasts at least the server's host time. "
+                             "FLOOR 'measured': each run's median sampled schedule call "
+                             "(DATA/steps/predictions.csv; a run without sampled steps gets "
+                             "none); a number: that many µs for every run; default none")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
                         ("--host-us-per-open", args.host_us_per_open)):
         if value is not None and not (value >= 0 and value < float("inf")):
             raise UserError(f"{flag}: must be a finite number >= 0 (got {value:g})")
+    parse_host_floor(args.host_floor)
     program, groups, label, fitted_loop = load_fitted(args)
     noise = args.step_noise
     if noise is None:  # as the pick's run simulated (0 for runs stored before the key);
@@ -84,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         noise = 0.0 if stored is None else float(stored)  # and generalize simulate
     opts = ValidateOptions(args.split, args.scope, args.constants, args.data,
                            dict(simulator_options(args, fitted_loop)), noise,
-                           args.host_us_per_open)
+                           args.host_us_per_open, args.host_floor)
     done = validate_program(program, groups, label, opts,
                             lambda msg: print(msg, file=sys.stderr))
     if args.json:
@@ -119,6 +127,11 @@ def _render(done: ProgramValidation) -> None:
     if done.step_noise or done.host_us_per_open:
         print(f"step-time noise sd(log) {done.step_noise:g}; what-if host time "
               f"{done.host_us_per_open:g} us per open request per step")
+    floors = {n: v for n, v in done.host_floor_us.items() if v > 0}
+    if floors:
+        print(f"what-if host floor on {len(floors)} of {len(done.host_floor_us)} runs: every "
+              f"step lasts at least {min(floors.values()) / 1e3:.2f}-"
+              f"{max(floors.values()) / 1e3:.2f} ms (per run; --json lists them)")
     heads = table_headers()
     print(table(heads, table_rows(val.metrics), right=range(2, len(heads) - 1)))
     for line in [*summary_lines(val.metrics), *drift_lines(val), *context_lines(val),

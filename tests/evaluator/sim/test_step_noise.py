@@ -1,4 +1,4 @@
-"""Seeded step-time noise and the what-if host cost per open request."""
+"""Seeded step-time noise and the what-ifs of host time: per open request, and a floor."""
 
 from __future__ import annotations
 
@@ -56,6 +56,25 @@ def test_host_cost_per_open_request(data_path):
     assert what_if.n_steps == base.n_steps
     assert what_if.end_us[0] == pytest.approx(1000.0 + 10 * 5.0)
     assert what_if.end_us[-1] == pytest.approx(base.end_us[-1] + base.n_steps * 10 * 5.0)
+
+
+def test_host_floor_lasts_every_step_at_least_the_floor(data_path):
+    """A floor above the model's step sets every step's length; one below changes nothing;
+    it applies after the noise, so a noisy step never drops under it."""
+    sc = hand_scenario(data_path, np.zeros(10), np.full(10, 100), np.full(10, 3))
+    base = simulate(sc, CONST, np.array([1000.0])).corpus
+    high = simulate(replace(sc, host_floor_us=2500.0), CONST, np.array([1000.0])).corpus
+    assert high.n_steps == base.n_steps
+    assert np.allclose(np.diff(np.concatenate([[0.0], high.end_us])), 2500.0)
+    low = simulate(replace(sc, host_floor_us=400.0), CONST, np.array([1000.0])).corpus
+    assert np.array_equal(low.end_us, base.end_us)
+    noisy = replace(_busy(data_path), step_noise=0.2)
+    d_free = np.diff(simulate(noisy, CONST, np.array([1000.0])).corpus.end_us)
+    floored = simulate(replace(noisy, host_floor_us=1000.0), CONST, np.array([1000.0]))
+    d = np.diff(floored.corpus.end_us)
+    busy = d[d < 5000.0]
+    assert busy.min() >= 1000.0 - 1e-9 and busy.max() > 1100.0
+    assert d_free[d_free < 5000.0].min() < 900.0  # without the floor, steps run shorter
 
 
 def test_blis_loop_has_no_noise(data_path):
