@@ -180,18 +180,27 @@ def section_batch(ev, sims) -> None:
         period = (ts[j + 1] - ts[j]) * 1e-3
         split = ev.by_name[exp].split if exp in ev.by_name else "?"
         print(f"\n{short(exp)} ({split}):\n")
+        sim_run = sim_step = None
+        if exp in sims:
+            c = sims[exp].corpus
+            sim_run = c.stats[N_DECODE] + c.stats[N_PREFILL]
+            sim_step = np.diff(np.concatenate([[0.0], c.end_us]))
         print("| running requests | steps | host time ms, median | pairs | exact period ms, "
-              "median |")
-        print("|---|---|---|---|---|")
+              "median | replica's step ms, median |")
+        print("|---|---|---|---|---|---|")
         for a, b in ((0, 30), (30, 45), (45, 60), (60, 80), (80, 100), (100, 115),
                      (115, 129)):
             s = (run >= a) & (run < b)
             p = (run[j] >= a) & (run[j] < b)
             if s.sum() < 5:
                 continue
-            per = f"{np.median(period[p]) / 1e3:.1f}" if p.sum() >= 5 else "-"
+            per = f"{np.median(period[p]) / 1e3:.2f}" if p.sum() >= 5 else "-"
+            rep = "-"
+            if sim_run is not None and sim_step is not None:
+                q = (sim_run >= a) & (sim_run < b) & (sim_step < 1e5)  # not an idle gap
+                rep = f"{np.median(sim_step[q]) / 1e3:.2f}" if q.sum() >= 5 else "-"
             print(f"| {a}-{b - 1} | {s.sum()} | {np.median(host[s]) / 1e3:.2f} | "
-                  f"{p.sum()} | {per} |")
+                  f"{p.sum()} | {per} | {rep} |")
         share, after_big, after_none = prefill_followups(
             sid, cols["batch.num_prefill_reqs"][sel], cols["batch.prefill_tokens"][sel])
         line = (f"Steps with a prefill request: measured {share:.2f}")
