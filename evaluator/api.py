@@ -30,7 +30,7 @@ from evaluator.data.experiment import (
     load_scenarios,
     write_experiment,
 )
-from evaluator.data.host_time import sampled_host_us
+from evaluator.data.host_time import sampled_host_us, sampled_steps
 from evaluator.data.prompt_cache import prompt_period, with_prompt_cache
 from evaluator.data.run_files import limit_problem
 from evaluator.data.scenarios import LOOPS, DataError, Scenario, data_dir
@@ -122,6 +122,7 @@ __all__ = [
     "request_latencies",
     "run_loss",
     "sampled_host_us",
+    "sampled_steps",
     "scaled",
     "scenario_trace",
     "shell",

@@ -27,34 +27,20 @@ without it that section is skipped with a note.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from evaluator.api import sampled_steps
 from evaluator.features.glossary import N_DECODE, N_PREFILL, PREFILL_TOKENS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tails import find, load, short  # a sibling analysis script
 
 CLIENT_TIMEOUT_S = 300.0  # inference-perf's timeout in the measured runs (data README)
-
-
-def sampled_steps(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per run: the sampled step ids (sorted, unique) and the schedule call's host time
-    (µs) of each, from ``steps/predictions.csv``."""
-    rows: dict[str, dict[int, float]] = {}
-    with path.open(newline="") as fh:
-        for r in csv.DictReader(fh):
-            rows.setdefault(r["experiment_id"], {})[int(r["step.id"])] = float(
-                r["step.duration_us"])
-    out = {}
-    for name, steps in rows.items():
-        ids = np.array(sorted(steps), dtype=np.int64)
-        out[name] = (ids, np.array([steps[i] for i in ids]))
-    return out
 
 
 def request_ends(arrival_s: np.ndarray, e2e_s: np.ndarray, failed: np.ndarray) -> np.ndarray:
@@ -212,27 +198,11 @@ def section_batch(ev, sims) -> None:
               f"without prefill: {after_none:.3f}.")
 
 
-def floored_model(model, base_len: int):
-    """``model`` whose every step lasts at least ``c[base_len]`` µs (a position the program
-    never reads): an engine that cannot step faster than its host loop."""
-    from dataclasses import replace
-
-    import numba as nb
-
-    inner = model.scalar_fn
-
-    @nb.njit(nb.float64(nb.float64[::1], nb.float64[::1]))
-    def fn(f, c):
-        t = inner(f, c)
-        return t if t > c[base_len] else c[base_len]
-
-    return replace(model, scalar_fn=fn)
-
-
 def section_floor(ev, model, consts, sims, steps) -> None:
     print("\n## 4. What-if: reasoning runs with the measured host time as a floor\n")
     print("Every simulated step lasts at least the median host time of the run's sampled "
-          "steps before its batch drains (the first 80 % of them). Signed errors, "
+          "steps (`--host-floor measured`; here without the step noise `evolve validate` "
+          "adds, so the figures differ from its by a point or so). Signed errors, "
           "simulated against measured; timeouts simulated / measured.")
     print("| run | split | floor ms | mean E2E | mean TTFT | decode interval | timeouts |"
           " steps, simulated |")
@@ -241,10 +211,9 @@ def section_floor(ev, model, consts, sims, steps) -> None:
     for sc in ev.scenarios:
         if "reasoning" not in sc.name or sc.name not in steps:
             continue
-        ids, host = steps[sc.name]
-        floor = float(np.median(host[ids < ids.min() + 0.8 * (ids.max() - ids.min())]))
-        c0 = np.asarray(consts[sc.name], float)
-        with_floor = simulate(sc, floored_model(model, len(c0)), np.r_[c0, floor])
+        floor = float(np.median(steps[sc.name][1]))  # as sampled_host_us
+        with_floor = simulate(replace(sc, host_floor_us=floor), model,
+                              np.asarray(consts[sc.name], float))
         for label, res in (("as fitted", sims[sc.name]), ("with floor", with_floor)):
             p, m = res.metrics.pred, res.metrics.meas
             err = [f"{100 * (p[k] / m[k] - 1):+.1f} %" for k in
@@ -263,7 +232,7 @@ def main() -> int:
     ev, model, consts = load(a.archive, a.program, a.data)
     print(f"# The engine's step counter: program {a.program} from {a.archive}, closed "
           "loop (vLLM loop)")
-    steps = sampled_steps(find("data_dir")(a.data) / "steps" / "predictions.csv")
+    steps = sampled_steps(find("data_dir")(a.data))
     sims = ev.simulate(model, consts, threads=1)
     section_counts(ev, sims, steps)
     section_drain(ev, sims, steps)

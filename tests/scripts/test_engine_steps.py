@@ -52,14 +52,3 @@ def test_a_one_token_prefill_after_a_real_prefill_is_counted_apart() -> None:
     assert share == 0.5
     assert after_big == 1.0  # step 1 (14 tokens) -> step 2 (1 token)
     assert after_none == 0.0  # steps 3 and 4 are followed by no one-token prefill
-
-
-def test_the_sampled_steps_file_is_read_sorted_per_run(tmp_path: Path) -> None:
-    f = tmp_path / "predictions.csv"
-    f.write_text("experiment_id,model,workload,step.id,step.duration_us,predicted_us,"
-                 "model_type\n"
-                 "run-a,m,w,30,300,1,x\nrun-a,m,w,10,100,1,x\nrun-b,m,w,7,70,1,x\n")
-    steps = engine_steps.sampled_steps(f)
-    ids, host = steps["run-a"]
-    assert list(ids) == [10, 30] and list(host) == [100.0, 300.0]
-    assert list(steps["run-b"][0]) == [7]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.data.host_time import SAMPLED_STEPS, sampled_host_us
+from evaluator.data.host_time import SAMPLED_STEPS, sampled_host_us, sampled_steps
 from evaluator.data.run_files import DataError
 
 HEAD = "experiment_id,model,workload,step.id,step.duration_us,predicted_us,model_type\n"
@@ -42,3 +42,13 @@ def test_a_bad_file_names_file_line_and_field(tmp_path, text, message):
 def test_a_missing_file_says_what_needs_it(tmp_path):
     with pytest.raises(DataError, match=r"file not found .*--host-floor measured"):
         sampled_host_us(tmp_path)
+
+
+def test_the_sampled_steps_file_is_read_sorted_per_run(tmp_path):
+    _write(tmp_path, "experiment_id,model,workload,step.id,step.duration_us,predicted_us,"
+                     "model_type\n"
+                     "run-a,m,w,30,300,1,x\nrun-a,m,w,10,100,1,x\nrun-b,m,w,7,70,1,x\n")
+    steps = sampled_steps(tmp_path)
+    ids, host = steps["run-a"]
+    assert list(ids) == [10, 30] and list(host) == [100.0, 300.0]
+    assert list(steps["run-b"][0]) == [7]
