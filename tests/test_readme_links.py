@@ -1,5 +1,5 @@
-"""The README's relative links lead somewhere (its own ``#anchors`` too): the file exists and, for a Markdown page, the
-``#anchor`` is one of its headings.
+"""The README's relative links lead somewhere: the file exists and, for a Markdown page,
+the ``#anchor`` is one of its headings (a bare ``#anchor`` is the README's own).
 
 Why: ``mkdocs build --strict`` checks the links inside ``docs/`` only, and the README sits
 outside it; when a docs page is split or a heading renamed, the README is the first thing a
