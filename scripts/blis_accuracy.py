@@ -6,12 +6,14 @@ is the accuracy that counts. This takes docs/blis.md's path end to end, as a use
 
 1. ``evolve export-go ARGS -o OUT/evolved.go --save-constants OUT/constants.json`` (ARGS
    after ``--``: a program id with ``--archive``, or a file with ``--constants``; by
-   default export-go refits constants fitted in vLLM's loop for BLIS's);
+   default export-go keeps constants fitted in vLLM's loop and the model carries vLLM's
+   async scheduling, ``--bridge refit`` refits them for BLIS's loop instead);
 2. ``scripts/build_blis.py``: BLIS at the pinned commit with the model in it;
 3. per run, ``evolve export-trace RUN`` and the ``blis replay`` command it prints;
 4. BLIS's per-request results against the measured runs (mean E2E and TTFT of the
    completed requests, failures = requests BLIS did not complete), and against evolve's
-   replica of BLIS's loop (``evolve validate ... --loop blis``, the same constants).
+   replica (the same constants): ``evolve validate ... --loop vllm --step-noise 0`` when
+   the model carries async scheduling (its Go header says so), else ``--loop blis``.
 
     python scripts/blis_accuracy.py --out runs/blis -- bda4b959 --archive runs/s7.db
     python scripts/blis_accuracy.py --out runs/blis --runs codegen --json -- layered \\
@@ -19,11 +21,11 @@ is the accuracy that counts. This takes docs/blis.md's path end to end, as a use
 
 ``--lomo``: the same for a model nobody measured, model by model as ``evolve generalize
 --mode lomo`` holds it out: the arguments after ``--`` go to ``evolve generalize PROGRAM
---mode lomo --loop blis`` (e.g. ``layered --polish-evals 0``), each fold's constants are
-exported (fitted in BLIS's loop, no refit), built into BLIS and replayed on the runs of the
-model the fold never saw (with ``--async-scheduling``: folds fitted in vLLM's loop).
+--mode lomo --loop vllm`` (e.g. ``layered --polish-evals 0``), each fold's constants are
+exported as fitted (the model carrying async scheduling), built into BLIS and replayed on
+the runs of the model the fold never saw (``--bridge refit``: folds fitted in BLIS's loop).
 
-``--async-scheduling``: the second route of docs/blis.md ("BLIS with async scheduling"):
+``--async-scheduling``: the third route of docs/blis.md ("BLIS with async scheduling of its own"):
 BLIS built with ``build_blis.py --async-scheduling``, the program exported for vLLM's loop
 (``--loop vllm`` is added to export-go's arguments), and the replica is ``evolve validate
 --loop vllm --step-noise 0`` (BLIS's ``StepTime`` is deterministic).
@@ -44,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+CARRIES_ASYNC = "the model carries vLLM's async scheduling"  # export-go's Go header
 EVOLVE = [sys.executable, "-c", "import sys; from evolve.cli.main import main; sys.exit(main())"]
 
 
@@ -108,7 +111,8 @@ def replay(name: str, n_req: int, blis: Path, out: Path, data: str | None
 def replica(prog: Path, consts: Path, data: str | None, names: list[str],
             async_scheduling: bool = False) -> dict:
     """``evolve validate --loop blis`` on the same constants: evolve's replica of BLIS
-    (``async_scheduling``: ``--loop vllm --step-noise 0``, of the patched BLIS)."""
+    (``async_scheduling``: ``--loop vllm --step-noise 0``, of the patched BLIS or of a
+    model that carries async scheduling)."""
     data_args = ["--data", data] if data else []
     loop = ["vllm", "--step-noise", "0"] if async_scheduling else ["blis"]
     out = _run([*EVOLVE, "validate", str(prog), "--constants", str(consts), "--loop", *loop,
@@ -145,6 +149,9 @@ def main() -> None:
     ap.add_argument("--async-scheduling", action="store_true",
                     help="BLIS with vLLM's async step formation and the program's vLLM-loop "
                          "constants (docs/blis.md)")
+    ap.add_argument("--bridge", choices=("async", "refit"), default="async",
+                    help="stock BLIS: the model carries async scheduling (default) or "
+                         "constants refitted for BLIS's loop (export-go --bridge)")
     ap.add_argument("export_args", nargs=argparse.REMAINDER,
                     help="after --: the arguments of `evolve export-go` (program, --archive...)")
     args = ap.parse_args()
@@ -153,6 +160,8 @@ def main() -> None:
         ap.error("give the program to export after --, e.g. -- bda4b959 --archive a.db")
     if args.async_scheduling and not args.lomo and "--loop" not in export_args:
         export_args = [*export_args, "--loop", "vllm"]
+    if args.bridge == "refit" and not args.lomo and "--bridge" not in export_args:
+        export_args = [*export_args, "--bridge", "refit"]
     from evaluator.api import load_scenarios
 
     args.out = args.out.resolve()  # the replays run in it: every path absolute
@@ -160,8 +169,9 @@ def main() -> None:
     scenarios = load_scenarios(args.data)
     chosen = [s for s in scenarios if not args.runs or any(p in s.name for p in args.runs)]
     if args.lomo:
-        loop = "vllm" if args.async_scheduling else "blis"
+        loop = "blis" if args.bridge == "refit" and not args.async_scheduling else "vllm"
         spec, folds = lomo_folds(args.out, export_args, args.data, loop)
+        target = "vllm" if args.async_scheduling else "blis"
         jobs = []
         for model, groups in sorted(folds.items()):
             fold = args.out / f"fold-{model}"
@@ -169,7 +179,7 @@ def main() -> None:
             (fold / "fold.json").write_text(json.dumps(groups))
             scope = "global" if list(groups) == ["global"] else "pooled"
             jobs.append((fold, [spec, "--constants", str(fold / "fold.json"), "--scope", scope,
-                                "--fitted-loop", loop, "--loop", loop, "--no-refit"],
+                                "--fitted-loop", loop, "--loop", target, "--no-refit"],
                          [s for s in chosen if s.model == model]))
     else:
         jobs = [(args.out, export_args, chosen)]
@@ -177,7 +187,9 @@ def main() -> None:
     for work, ex_args, runs in jobs:
         go, consts, prog = export(work, ex_args, args.data)
         blis = build(go, work, args.async_scheduling)
-        ours = replica(prog, consts, args.data, [s.name for s in runs], args.async_scheduling)
+        carried = CARRIES_ASYNC in go.read_text().split("package latency")[0]
+        ours = replica(prog, consts, args.data, [s.name for s in runs],
+                       args.async_scheduling or carried)
         figures.update(compare(runs, blis, work, args.data, ours))
     (args.out / "accuracy.json").write_text(json.dumps(figures, indent=1, sort_keys=True))
     if args.json:

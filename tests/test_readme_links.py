@@ -45,7 +45,7 @@ def test_heading_anchors_follow_mkdocs():
     page = ROOT / "docs" / "blis.md"
     anchors = heading_anchors(page)
     assert "where-bliss-batches-differ-from-ours" in anchors
-    assert "blis-with-async-scheduling-a-second-route" in anchors
+    assert "the-engine-loop-carry-vllms-into-blis" in anchors
 
 
 @pytest.mark.parametrize("name", ["README.md", "CHANGELOG.md"])

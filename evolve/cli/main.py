@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("evolve.cli.commands.calibrate",
                   "constants for a model nobody measured, calibrated to the layered rule"),
     "export-go": ("evolve.cli.commands.export_go",
-                  "translate a program to a BLIS Go model, refitted for BLIS's engine loop"),
+                  "translate a program to a BLIS Go model that carries vLLM's engine loop"),
     "llm-check": ("evolve.cli.commands.llm_check", "send one tiny request to an LLM endpoint"),
     "report": ("evolve.cli.commands.report", "write a static HTML report of a run"),
     "study": ("evolve.cli.commands.study",
@@ -85,7 +85,7 @@ EXAMPLES: dict[str, str] = {
     "baselines": "evolve baselines --only trained-physics",
     "replay": "evolve replay 4e1cd2",
     "report": "evolve report --out runs/report",
-    "export-go": "evolve export-go 4e1cd2 -o evolved.go   # refitted for BLIS's loop",
+    "export-go": "evolve export-go 4e1cd2 -o evolved.go   # the model for stock BLIS",
     "calibrate": "evolve calibrate 4e1cd2 --model-config path/to/config.json --tp 2",
     "export-trace": "evolve export-trace 20260217-155451-llama-2-7b-tp1-codegen "
                     "--out runs/trace",

@@ -43,6 +43,30 @@ class ExportOptions:
     no_refit: bool = False
     fitted_loop: str | None = None  # program-file mode
     refit_evals: int | None = None
+    bridge: str | None = None  # stock BLIS, vLLM-loop constants: "async" (None) or "refit"
+
+
+def carries_async(loop: str, bridge: str | None, fitted: str | None) -> bool:
+    """Whether the Go model keeps vLLM's async scheduling itself: stock BLIS (``loop``
+    blis), constants fitted in vLLM's loop and ``--bridge async`` (the default). Its
+    constants then stay as fitted. Declared values (``fitted`` None) belong to no loop and
+    get no clock."""
+    return loop == "blis" and (bridge or "async") == "async" and fitted == "vllm"
+
+
+def _check_bridge(opts: ExportOptions, fitted: str | None) -> None:
+    """``--bridge`` chooses how vLLM-loop constants reach stock BLIS; given anywhere else
+    it would be ignored, so it is refused."""
+    if opts.bridge is None:
+        return
+    if opts.loop != "blis":
+        raise UserError(f"--bridge {opts.bridge}: applies to --loop blis (stock BLIS); a "
+                        "BLIS with async scheduling takes vLLM-loop constants as they are")
+    if fitted != "vllm":
+        what = ("were fitted in BLIS's engine loop" if fitted == "blis" else
+                "are the program's declared values")
+        raise UserError(f"--bridge {opts.bridge}: applies to constants fitted in vLLM's "
+                        f"engine loop; these {what} and are exported as they are")
 
 
 @dataclass
@@ -74,16 +98,25 @@ def export(opts: ExportOptions, say: Say) -> GoExport:
     if scope == "per_scenario" and len(chosen) > 1:
         raise UserError("per_scenario constants: pick one scenario with --model NAME "
                         f"({', '.join(sorted(consts))})")
-    _require_runs_to_refit(opts, chosen, scope, fitted)
-    exp = _for_loop(opts, prog, consts, scope, stored, fitted, say)
+    _check_bridge(opts, fitted)
+    async_steps = carries_async(opts.loop, opts.bridge, fitted)
+    target = replace(opts, loop="vllm") if async_steps else opts  # the constants' loop
+    _require_runs_to_refit(target, chosen, scope, fitted)
+    exp = _for_loop(target, prog, consts, scope, stored, fitted, say)
     notes: list[str] = []
+    if async_steps:
+        meta["Engine loop"] = ("blis: fitted in vLLM's engine loop, exported as they are; the "
+                               "model carries vLLM's async scheduling (QueueingTime holds each "
+                               "request back to the step vLLM admits it to), for BLIS at the "
+                               "pinned commit (--bridge async)")
     if exp is not None:
         consts = exp.groups
-        meta["Engine loop"] = f"{exp.loop}: {exp.note}"
-        notes = accuracy_lines(exp)
-        say(f"constants: {exp.note}")
+        if not async_steps:
+            meta["Engine loop"] = f"{exp.loop}: {exp.note}"
+        notes = accuracy_lines(exp, async_steps)
+        say(f"constants: {meta['Engine loop'].split(': ', 1)[1]}")
         say("\n".join(notes))
-    else:
+    elif not async_steps:
         meta["Engine loop"] = (f"{opts.loop}: constants "
                                + (f"fitted in {LOOP_NAMES[fitted]}" if fitted else
                                   "declared by the program, not fitted")
@@ -92,7 +125,7 @@ def export(opts: ExportOptions, say: Say) -> GoExport:
     consts = {g: consts[g] for g in chosen}
     kernels = _kernels(prog, opts.data, infos, say)
     try:
-        text = export_go(prog, consts, scope, infos, meta, kernels, notes)
+        text = export_go(prog, consts, scope, infos, meta, kernels, notes, async_steps)
     except ExportError as exc:
         raise UserError(f"{opts.id}: {exc}") from None
     return GoExport(text, prog, scope, consts)
@@ -315,11 +348,14 @@ def _for_loop(opts: ExportOptions, prog: Any, consts: dict, scope: str,
                     log=lambda m: say(f"  {m}"))
 
 
-def accuracy_lines(exp: Any) -> list[str]:
+def accuracy_lines(exp: Any, async_steps: bool = False) -> list[str]:
     """The per-run table of the accuracy to expect in the target loop, as lines (the Go
-    header's notes)."""
+    header's notes). With ``async_steps`` that is vLLM's loop, which the model carries
+    into stock BLIS (docs/blis.md gives how close BLIS comes to it)."""
     from evolve.workflows.for_loop import ACCURACY_HEADERS, accuracy_rows
 
-    head = (f"Expected accuracy in {LOOP_NAMES[exp.loop]} (evolve's replica, closed loop, "
+    where = (f"{LOOP_NAMES[exp.loop]}, which this model carries into BLIS" if async_steps
+             else LOOP_NAMES[exp.loop])
+    head = (f"Expected accuracy in {where} (evolve's replica, closed loop, "
             "against the measured runs; err = simulated / measured - 1; times in s):")
     return [head, *table(ACCURACY_HEADERS, accuracy_rows(exp), right=range(2, 8)).splitlines()]

@@ -126,8 +126,8 @@ def run(args: argparse.Namespace) -> int:
           f"  evolve export-go {out}/program.py --constants {out}/constants.json "
           f"--fitted-loop {loop} --no-refit -o latency_model.go")
     if loop != "blis":  # a refit against the measured models would undo the calibration
-        print("note: calibrated in vLLM's engine loop; for stock BLIS calibrate with "
-              "--loop blis (docs/blis.md, 'The engine loop')")
+        print("note: calibrated in vLLM's engine loop; the exported model carries vLLM's "
+              "async scheduling into stock BLIS (docs/blis.md, 'The engine loop')")
     return 0
 
 

@@ -47,8 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "only --no-refit exports)")
     parser.add_argument("--loop", choices=("blis", "vllm"), default="blis",
                         help="engine loop the Go model will run in: blis (BLIS at the pinned "
-                             "commit, the default) or vllm (a BLIS with vLLM's async "
-                             "scheduling); constants fitted in the other loop are refitted")
+                             "commit, the default; see --bridge) or vllm (a BLIS with vLLM's "
+                             "async scheduling); constants fitted in the other loop are "
+                             "refitted")
+    parser.add_argument("--bridge", choices=("async", "refit"),
+                        help="for --loop blis and constants fitted in vLLM's loop: async (the "
+                             "default; the model itself holds each request back as vLLM's "
+                             "async scheduling does and the constants stay as fitted) or "
+                             "refit (constants refitted closed loop in BLIS's loop)")
     parser.add_argument("--no-refit", action="store_true",
                         help="export the constants as they are, with no refit and no "
                              "accuracy table (offline; for constants fitted in --loop's loop)")
@@ -77,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--refit-evals {args.refit_evals}: must be an integer >= 0")
     opts = ExportOptions(args.id, path is not None, args.archive, args.run, args.model,
                          args.constants, args.scope, args.alias, args.data, args.loop,
-                         args.no_refit, args.fitted_loop, args.refit_evals)
+                         args.no_refit, args.fitted_loop, args.refit_evals, args.bridge)
     done = export(opts, lambda msg: print(msg, file=sys.stderr))
     consts = done.constants
     if args.save_constants:

@@ -40,7 +40,7 @@ type $TModel struct {
 	// consts are the program's fitted constants for this model.
 	consts $TConsts
 	// d holds quantities that depend only on arch, computed once.
-	d $tDerived
+	d $tDerived$ASYNCFIELD
 }
 
 // $tDerived are the per-model terms of evaluator/features/components.py features_into.
@@ -165,10 +165,7 @@ METHODS = '''
 // StepTime implements sim.LatencyModel: the program's step time truncated to integer
 // microseconds (as BLIS's trained-physics backend rounds), at least 1.
 func (m *$TModel) StepTime(batch []*sim.Request) int64 {
-	if len(batch) == 0 {
-		return 1
-	}
-	return max(1, $tTicks(m.StepTimeUs(batch)))
+$STEPBODY
 }
 
 // StepTimeUs is the program's step time in microseconds, before rounding.
@@ -181,7 +178,7 @@ func (m *$TModel) StepTimeUs(batch []*sim.Request) float64 {
 // QueueingTime implements sim.LatencyModel: the program's queueing delay truncated to
 // integer microseconds, at least 0.
 func (m *$TModel) QueueingTime(req *sim.Request) int64 {
-	return $tTicks(m.QueueingTimeUs(req))
+$QUEUERET
 }
 
 // QueueingTimeUs is the program's queueing delay in microseconds, before rounding.
@@ -321,3 +318,80 @@ REQUEST_GO: tuple[tuple[str, str, str, str], ...] = (
     ("tp", "Tp", "m.arch.TP", "tensor-parallel degree"),
     ("is_moe", "IsMoe", "m.d.isMoe", "1 for mixture-of-experts models"),
 )
+
+# StepTime's and QueueingTime's bodies: the program alone, or with ASYNC_GO's clock.
+STEP_PLAIN = """\tif len(batch) == 0 {
+\t\treturn 1
+\t}
+\treturn max(1, $tTicks(m.StepTimeUs(batch)))"""
+STEP_ASYNC = """\td := int64(1)
+\tif len(batch) > 0 {
+\t\td = max(1, $tTicks(m.StepTimeUs(batch)))
+\t}
+\tm.async.stepBegins(batch, d)
+\treturn d"""
+QUEUE_PLAIN = "\treturn $tTicks(m.QueueingTimeUs(req))"
+QUEUE_ASYNC = "\treturn m.async.hold(req, $tTicks(m.QueueingTimeUs(req)))"
+
+# The model's own clock, for constants fitted in vLLM's loop run in stock BLIS
+# (evolve/export/go/writer.py export_go(async_steps=True); docs/blis.md).
+ASYNC_GO = '''
+// $tAsync carries vLLM v0.15.1's async scheduling into BLIS at the pinned commit, which
+// forms each step when the previous one ends. vLLM forms step k+1 while step k runs, so a
+// request queued during step k joins step k+2 at the earliest; in BLIS it would join k+1.
+// BLIS calls StepTime once as each step begins and QueueingTime once as each request
+// arrives, so the model can keep the clock: when the running step began and when it ends.
+// QueueingTime then returns the program's delay plus what puts the request into BLIS's
+// wait queue during the step after the one it was queued in, so BLIS admits it to the step
+// vLLM would. When that step is still to come, steps are predicted as long as the last one
+// and the request goes in at the middle of the predicted step. One clock per instance:
+// BLIS builds a latency model per instance.
+type $tAsync struct {
+	// started is false until the first step began.
+	started bool
+	// start and end are the last step's start and end, in BLIS ticks (microseconds).
+	start, end int64
+	// queued is when each arrived request enters BLIS's wait queue, until a batch holds it.
+	queued map[string]int64
+}
+
+// stepBegins records the step BLIS is forming: it starts when the previous one ended if a
+// request of the batch was running or waiting by then, otherwise (the engine was idle)
+// when the first of the batch entered the wait queue; it lasts d.
+func (a *$tAsync) stepBegins(batch []*sim.Request, d int64) {
+	first, waited := int64(math.MaxInt64), false
+	for _, req := range batch {
+		if q, ok := a.queued[req.ID]; ok && (!a.started || q > a.end) {
+			first = min(first, q)
+		} else {
+			waited = true
+		}
+		delete(a.queued, req.ID)
+	}
+	if waited || first == math.MaxInt64 {
+		first = a.end
+	}
+	a.start, a.end, a.started = first, first+d, true
+}
+
+// hold is the delay from arrival to BLIS's wait queue for a request whose program delay
+// is q: q, or more so that the request is admitted to the step vLLM's async scheduling
+// admits it to.
+func (a *$tAsync) hold(req *sim.Request, q int64) int64 {
+	if a.queued == nil {
+		a.queued = map[string]int64{}
+	}
+	at := req.ArrivalTime + q
+	if a.started && at <= a.end {
+		// queued during the running step: in after it ends, before the next one does
+		at = a.end + 1
+	} else if a.started && a.end > a.start {
+		// queued during a later step (if the engine stays busy): in at the middle of
+		// the step after it, steps predicted as long as the last one
+		d := a.end - a.start
+		at = max(at, a.end+((at-a.end)/d+1)*d+d/2)
+	}
+	a.queued[req.ID] = at
+	return at - req.ArrivalTime
+}
+'''

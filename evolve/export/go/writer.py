@@ -26,7 +26,18 @@ from evolve.errors import ExportError
 from evolve.export.go.body import field_names, function_body
 from evolve.export.go.expr import NEG_ZERO, go_float
 from evolve.export.go.kernels import KERNEL_FUNCS, kernels_lookup
-from evolve.export.go.templates import ARCH_GO, FEATURE_GO, METHODS, MODEL_DECL, REQUEST_GO
+from evolve.export.go.templates import (
+    ARCH_GO,
+    ASYNC_GO,
+    FEATURE_GO,
+    METHODS,
+    MODEL_DECL,
+    QUEUE_ASYNC,
+    QUEUE_PLAIN,
+    REQUEST_GO,
+    STEP_ASYNC,
+    STEP_PLAIN,
+)
 
 __all__ = ["BLIS_COMMIT", "BLIS_REPO", "ExportError", "GroupInfo", "export_go",
            "groups_from_scenarios", "kernels_from_scenarios", "type_prefix"]
@@ -212,7 +223,7 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
               scope: str = "global", scenario_info: Mapping[str, GroupInfo] | None = None,
               meta: Mapping[str, Any] | None = None,
               kernels: Mapping[str, tuple[Sequence[str], Sequence[float]]] | None = None,
-              notes: Sequence[str] = ()) -> str:
+              notes: Sequence[str] = (), async_steps: bool = False) -> str:
     """Go source (gofmt-clean, ``package latency``) of ``program`` for BLIS.
 
     ``program``: an ``evolve.program.language.Program`` (or its source text).
@@ -224,6 +235,9 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
     ``notes``: lines shown as they are below them (the accuracy table of ``export-go``).
     ``kernels``: per model, (BLIS names, packed measured kernel curves) to embed
     (:func:`kernels_from_scenarios`); a model without them gets the roofline fallback.
+    ``async_steps``: the model keeps its own clock and holds requests back as vLLM's async
+    scheduling does (``templates.ASYNC_GO``), for constants fitted in vLLM's loop that
+    run in stock BLIS.
     """
     prog = _program(program)
     if scope not in SCOPES:
@@ -273,8 +287,14 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
         "BETAFIELDS": ", ".join(f"{g}: coeffs.BetaCoeffs[{i}]"
                                 for i, g in enumerate(fields.values())),
         "QUEUEBODY": queue_body, "OUTDOC": out_doc, "OUTEXPR": out_expr,
-        "POSTDOC": post_doc, "POSTEXPR": post_expr, "T": prefix, "t": low,
+        "POSTDOC": post_doc, "POSTEXPR": post_expr,
+        "STEPBODY": STEP_ASYNC if async_steps else STEP_PLAIN,
+        "QUEUERET": QUEUE_ASYNC if async_steps else QUEUE_PLAIN,
+        "ASYNCFIELD": ("\n\t// async is the clock that carries vLLM's async scheduling."
+                       "\n\tasync $tAsync" if async_steps else ""),
     }
+    subs = {k: v.replace("$t", low).replace("$T", prefix) for k, v in subs.items()}
+    subs.update({"T": prefix, "t": low})
     pattern = re.compile(r"\$(" + "|".join(sorted(subs, key=len, reverse=True)) + ")")
 
     def fill(text: str) -> str:
@@ -286,7 +306,8 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
         *_header(prog, scope, sorted(constants_by_group), meta or {}, prefix, notes), "",
         "package latency", "", "import (", *imports, ")",
         fill(MODEL_DECL).rstrip("\n"), "", *lookup, "", *kernel_lines,
-        fill(METHODS).rstrip("\n"), fill(KERNEL_FUNCS).rstrip("\n"), "",
+        fill(METHODS).rstrip("\n"), *([fill(ASYNC_GO).rstrip("\n")] if async_steps else []),
+        fill(KERNEL_FUNCS).rstrip("\n"), "",
         f"// {low}StepTime is the program's step_time(f, c) in microseconds.",
         f"func {low}StepTime(f *{prefix}Features, c *{prefix}Consts) float64 {{",
         *("\t" + ln if ln else "" for ln in step_lines), "}", "",

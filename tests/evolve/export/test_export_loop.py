@@ -1,9 +1,11 @@
 """``evolve export-go`` delivers constants for the engine loop the model runs in.
 
-A tiny archived run (vLLM's loop, the default) is exported for BLIS's loop: its constants
-are refitted closed loop there, deterministically, and the Go header and stderr carry the
-accuracy to expect in BLIS's loop. ``--no-refit`` and ``--loop vllm`` keep the archived
-constants; a run fitted in BLIS's loop is exported as it is.
+A tiny archived run (vLLM's loop, the default) is exported for stock BLIS: by default its
+constants stay as fitted and the Go model carries vLLM's async scheduling (``--bridge
+async``); with ``--bridge refit`` they are refitted closed loop in BLIS's loop,
+deterministically. Either way the Go header and stderr carry the accuracy to expect.
+``--no-refit`` and ``--loop vllm`` keep the archived constants; a run fitted in BLIS's loop
+is exported as it is.
 """
 
 from __future__ import annotations
@@ -66,9 +68,26 @@ def _archived(archive: Path, pid: str) -> dict:
 
 
 @pytest.mark.real_data
-def test_export_refits_vllm_constants_for_blis_and_says_how_good(tmp_path, vllm_run, capsys):
+def test_default_export_carries_async_scheduling_with_the_constants_as_fitted(
+        tmp_path, vllm_run, capsys):
     pid = _champion(vllm_run, capsys)
     text, consts, err = _export(tmp_path, vllm_run, pid, capsys)
+    assert consts == _archived(vllm_run, pid)  # no refit
+    assert "Expected accuracy in vLLM's engine loop, which this model carries" in err
+    header, code = text.split("package latency")
+    assert "the model carries vLLM's async scheduling" in header
+    assert "// Expected accuracy in vLLM's engine loop, which this model carries" in header
+    for name in SCENARIOS:
+        assert re.search(rf"// {name[16:]}\s+train\s+\d", header)
+    assert "m.async.stepBegins(batch, d)" in code and "return m.async.hold(req," in code
+    plain, _, _ = _export(tmp_path, vllm_run, pid, capsys, "--loop", "vllm")
+    assert "m.async" not in plain  # a BLIS with async scheduling of its own needs no clock
+
+
+@pytest.mark.real_data
+def test_export_refits_vllm_constants_for_blis_and_says_how_good(tmp_path, vllm_run, capsys):
+    pid = _champion(vllm_run, capsys)
+    text, consts, err = _export(tmp_path, vllm_run, pid, capsys, "--bridge", "refit")
     archived = _archived(vllm_run, pid)
     assert set(consts) == set(archived)
     assert consts != archived  # refitted in BLIS's loop
@@ -81,7 +100,8 @@ def test_export_refits_vllm_constants_for_blis_and_says_how_good(tmp_path, vllm_
         row = name[16:]
         assert re.search(rf"// {row}\s+train\s+\d", header)
         assert re.search(rf"{row}\s+train\s+\d", err)
-    again, consts2, _ = _export(tmp_path, vllm_run, pid, capsys)
+    assert "m.async" not in text
+    again, consts2, _ = _export(tmp_path, vllm_run, pid, capsys, "--bridge", "refit")
     assert again == text and consts2 == consts  # deterministic from the program id
 
 
@@ -89,8 +109,9 @@ def test_export_refits_vllm_constants_for_blis_and_says_how_good(tmp_path, vllm_
 def test_no_refit_and_vllm_loop_keep_the_archived_constants(tmp_path, vllm_run, capsys):
     pid = _champion(vllm_run, capsys)
     archived = _archived(vllm_run, pid)
-    text, consts, _ = _export(tmp_path, vllm_run, pid, capsys, "--no-refit")
-    assert consts == archived  # today's export: no refit, no simulation
+    text, consts, _ = _export(tmp_path, vllm_run, pid, capsys, "--no-refit", "--bridge",
+                              "refit")
+    assert consts == archived  # no refit, no simulation
     assert ("// Engine loop: blis: constants fitted in vLLM's engine loop, exported as they "
             "are (--no-refit)") in text
     assert "Expected accuracy" not in text

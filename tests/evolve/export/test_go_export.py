@@ -253,3 +253,23 @@ def test_cli_from_archive(tmp_path, capsys):
     assert main(["export-go", prog.id[:10], "--archive", str(db), "--data",
                  str(tmp_path / "typo")]) == 2
     assert f"{tmp_path / 'typo'}: data directory not found" in capsys.readouterr().err
+
+
+@needs_go
+def test_async_clock_is_added_only_when_asked_and_is_gofmt_clean(tmp_path):
+    """``async_steps``: StepTime records the step, QueueingTime holds the request back
+    (docs/blis.md, "The engine loop"); without it neither method touches a clock."""
+    prog = parse_program((ROOT / "seeds" / "layered.py").read_text())
+    consts = {"global": {s.name: s.init for s in prog.constants}}
+    plain = export_go(prog, consts)
+    carried = export_go(prog, consts, async_steps=True)
+    low = "e" + type_prefix(prog.id)[1:]
+    assert "async" not in plain.split("package latency")[1]
+    assert f"type {low}Async struct" in carried
+    assert "m.async.stepBegins(batch, d)" in carried
+    assert f"return m.async.hold(req, {low}Ticks(m.QueueingTimeUs(req)))" in carried
+    path = tmp_path / "carried.go"
+    path.write_text(carried)
+    res = subprocess.run([gofmt_path(GO), "-l", str(path)], capture_output=True, text=True,
+                         env=go_env())
+    assert res.returncode == 0 and res.stdout == "", res.stdout + res.stderr

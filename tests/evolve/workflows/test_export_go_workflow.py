@@ -4,6 +4,7 @@ groups a --model or --alias names, and the scores' header lines."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -26,6 +27,9 @@ def test_a_seed_exports_its_declared_values_without_data():
     ({"alias": ["nosuch=x"]}, "--alias nosuch=x: expected GROUP=NAME"),
     ({"model": "nosuch"}, "--model nosuch: no constant group matches"),
     ({"fitted_loop": "vllm"}, "--fitted-loop: says where --constants were fitted"),
+    ({"bridge": "refit"}, "--bridge refit: applies to constants fitted in vLLM's engine loop; "
+                          "these are the program's declared values"),
+    ({"bridge": "async", "loop": "vllm"}, "--bridge async: applies to --loop blis"),
 ])
 def test_flags_naming_nothing_are_refused(extra, needle):
     opts = ExportOptions(str(SEEDS_DIR / "linear.py"), True, no_refit=True, **extra)
@@ -62,7 +66,12 @@ def test_a_refit_without_a_groups_runs_is_refused_before_it_starts(tmp_path, dat
     c = {"b0_us": 8000.0, "prefill_us": 20.0, "decode_us": 50.0}
     opts = ExportOptions(str(SEEDS_DIR / "linear.py"), True, data=str(part),
                          constants=json.dumps({"llama-2-7b": c, "codellama-34b": c}),
-                         fitted_loop="vllm")
+                         fitted_loop="vllm", bridge="refit")
     with pytest.raises(UserError, match=r"no measured run of codellama-34b, whose constants "
                                         r"the refit .* --model NAME .* or --no-refit"):
         export(opts, lambda _m: None)
+    said: list[str] = []  # the default export needs no refit: the runs there are scored
+    done = export(replace(opts, bridge="async"), said.append)
+    assert set(done.constants) == {"llama-2-7b", "codellama-34b"}
+    assert "the model carries vLLM's async scheduling" in done.text
+    assert any("llama-2-7b-tp1-codegen" in s for s in said)
