@@ -344,7 +344,8 @@ ASYNC_GO = '''
 // QueueingTime then returns the program's delay plus what puts the request into BLIS's
 // wait queue during the step after the one it was queued in, so BLIS admits it to the step
 // vLLM would. When that step is still to come, steps are predicted as long as the last one
-// and the request goes in at the middle of the predicted step. One clock per instance:
+// and the request goes in at the middle of the predicted step; an engine that is idle, and
+// stays idle until the request is queued, holds nothing back. One clock per instance:
 // BLIS builds a latency model per instance.
 type $tAsync struct {
 	// started is false until the first step began.
@@ -386,12 +387,34 @@ func (a *$tAsync) hold(req *sim.Request, q int64) int64 {
 		// queued during the running step: in after it ends, before the next one does
 		at = a.end + 1
 	} else if a.started && a.end > a.start {
-		// queued during a later step (if the engine stays busy): in at the middle of
-		// the step after it, steps predicted as long as the last one
-		d := a.end - a.start
-		at = max(at, a.end+((at-a.end)/d+1)*d+d/2)
+		// queued during a later step: in at the middle of the step after it, steps
+		// predicted as long as the last one from when the engine is next busy
+		from := a.end
+		if req.ArrivalTime >= a.end {
+			from = a.idleUntil(req.ArrivalTime)
+		}
+		if from < at {
+			d := a.end - a.start
+			at = from + ((at-from)/d+1)*d + d/2
+		}
 	}
 	a.queued[req.ID] = at
 	return at - req.ArrivalTime
+}
+
+// idleUntil is when an engine idle at now starts its next step: when the first request
+// that arrived before is queued (math.MaxInt64 if none is waiting to be). An earlier
+// queue time would have started a step already; such a request was dropped, so it is
+// forgotten.
+func (a *$tAsync) idleUntil(now int64) int64 {
+	next := int64(math.MaxInt64)
+	for id, at := range a.queued {
+		if at < now {
+			delete(a.queued, id)
+		} else {
+			next = min(next, at)
+		}
+	}
+	return next
 }
 '''
