@@ -80,7 +80,7 @@ EXAMPLES: dict[str, str] = {
     "show": "evolve show 4e1cd2",
     "runs": "evolve runs --archive archive.db",
     "validate": "evolve validate 4e1cd2 --out runs/val\n"
-                "evolve validate 4e1cd2 --loop blis      # the table a BLIS user reads",
+                "evolve validate 4e1cd2 --loop blis      # in BLIS's own loop (--bridge refit)",
     "generalize": "evolve generalize 4e1cd2 --mode lomo",
     "baselines": "evolve baselines --only trained-physics",
     "replay": "evolve replay 4e1cd2",
@@ -124,7 +124,7 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=_grouped_commands() + "\n\nfirst steps:\n"
         "  evolve run --generations 10 --seed 7   # a short search, writes archive.db\n"
         "  evolve frontier                        # the best programs; * is the pick\n"
-        "  evolve validate ID --loop blis         # the pick's accuracy in BLIS's loop\n"
+        "  evolve validate ID                     # the pick on every run, as BLIS gets it\n"
         "  evolve export-go ID -o evolved.go      # the model for BLIS (docs/blis.md)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"evolve {version()}")
