@@ -372,7 +372,7 @@ func (a *$tAsync) stepBegins(batch []*sim.Request, d int64) {
 	if waited || first == math.MaxInt64 {
 		first = a.end
 	}
-	a.start, a.end, a.started = first, first+d, true
+	a.start, a.end, a.started = first, first+min(d, math.MaxInt64-first), true
 }
 
 // hold is the delay from arrival to BLIS's wait queue for a request whose program delay
@@ -381,6 +381,9 @@ func (a *$tAsync) stepBegins(batch []*sim.Request, d int64) {
 func (a *$tAsync) hold(req *sim.Request, q int64) int64 {
 	if a.queued == nil {
 		a.queued = map[string]int64{}
+	}
+	if q > math.MaxInt64/4 || a.end-a.start > math.MaxInt64/4 {
+		return q // no finite delay or step (the program's NaN or overflow): nothing to time
 	}
 	at := req.ArrivalTime + q
 	if a.started && at <= a.end {
