@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-CARRIES_ASYNC = "the model carries vLLM's async scheduling"  # export-go's Go header
 EVOLVE = [sys.executable, "-c", "import sys; from evolve.cli.main import main; sys.exit(main())"]
 
 
@@ -163,6 +162,7 @@ def main() -> None:
     if args.bridge == "refit" and not args.lomo and "--bridge" not in export_args:
         export_args = [*export_args, "--bridge", "refit"]
     from evaluator.api import load_scenarios
+    from evolve.workflows.export_go import CARRIED
 
     args.out = args.out.resolve()  # the replays run in it: every path absolute
     args.out.mkdir(parents=True, exist_ok=True)
@@ -187,7 +187,7 @@ def main() -> None:
     for work, ex_args, runs in jobs:
         go, consts, prog = export(work, ex_args, args.data)
         blis = build(go, work, args.async_scheduling)
-        carried = CARRIES_ASYNC in go.read_text().split("package latency")[0]
+        carried = CARRIED in go.read_text().split("package latency")[0]  # the Go header
         ours = replica(prog, consts, args.data, [s.name for s in runs],
                        args.async_scheduling or carried)
         figures.update(compare(runs, blis, work, args.data, ours))

@@ -46,6 +46,13 @@ class ExportOptions:
     bridge: str | None = None  # stock BLIS, vLLM-loop constants: "async" (None) or "refit"
 
 
+# The Go header's engine-loop line for a model that carries async scheduling
+# (scripts/blis_accuracy.py recognises the export by it).
+CARRIED = ("fitted in vLLM's engine loop, exported as they are; the model carries vLLM's async "
+           "scheduling (QueueingTime holds each request back to the step vLLM admits it to), "
+           "for BLIS at the pinned commit (--bridge async)")
+
+
 def carries_async(loop: str, bridge: str | None, fitted: str | None) -> bool:
     """Whether the Go model keeps vLLM's async scheduling itself: stock BLIS (``loop``
     blis), constants fitted in vLLM's loop and ``--bridge async`` (the default). Its
@@ -103,25 +110,22 @@ def export(opts: ExportOptions, say: Say) -> GoExport:
     target = replace(opts, loop="vllm") if async_steps else opts  # the constants' loop
     _require_runs_to_refit(target, chosen, scope, fitted)
     exp = _for_loop(target, prog, consts, scope, stored, fitted, say)
-    notes: list[str] = []
     if async_steps:
-        meta["Engine loop"] = ("blis: fitted in vLLM's engine loop, exported as they are; the "
-                               "model carries vLLM's async scheduling (QueueingTime holds each "
-                               "request back to the step vLLM admits it to), for BLIS at the "
-                               "pinned commit (--bridge async)")
+        note = CARRIED
+    elif exp is not None:
+        note = exp.note
+    else:
+        note = ("constants " + (f"fitted in {LOOP_NAMES[fitted]}" if fitted else
+                                "declared by the program, not fitted")
+                + (", exported as they are (--no-refit)" if opts.no_refit else
+                   "; no data directory to check them"))
+    meta["Engine loop"] = f"{opts.loop}: {note}"
+    notes: list[str] = []
     if exp is not None:
         consts = exp.groups
-        if not async_steps:
-            meta["Engine loop"] = f"{exp.loop}: {exp.note}"
         notes = accuracy_lines(exp, async_steps)
-        say(f"constants: {meta['Engine loop'].split(': ', 1)[1]}")
+        say(f"constants: {note}")
         say("\n".join(notes))
-    elif not async_steps:
-        meta["Engine loop"] = (f"{opts.loop}: constants "
-                               + (f"fitted in {LOOP_NAMES[fitted]}" if fitted else
-                                  "declared by the program, not fitted")
-                               + (", exported as they are (--no-refit)" if opts.no_refit else
-                                  "; no data directory to check them"))
     consts = {g: consts[g] for g in chosen}
     kernels = _kernels(prog, opts.data, infos, say)
     try:

@@ -287,14 +287,12 @@ def export_go(program: Any, constants_by_group: Mapping[str, Mapping[str, float]
         "BETAFIELDS": ", ".join(f"{g}: coeffs.BetaCoeffs[{i}]"
                                 for i, g in enumerate(fields.values())),
         "QUEUEBODY": queue_body, "OUTDOC": out_doc, "OUTEXPR": out_expr,
-        "POSTDOC": post_doc, "POSTEXPR": post_expr,
-        "STEPBODY": STEP_ASYNC if async_steps else STEP_PLAIN,
-        "QUEUERET": QUEUE_ASYNC if async_steps else QUEUE_PLAIN,
-        "ASYNCFIELD": ("\n\t// async is the clock that carries vLLM's async scheduling."
-                       "\n\tasync $tAsync" if async_steps else ""),
+        "POSTDOC": post_doc, "POSTEXPR": post_expr, "T": prefix, "t": low,
+        "STEPBODY": (STEP_ASYNC if async_steps else STEP_PLAIN).replace("$t", low),
+        "QUEUERET": (QUEUE_ASYNC if async_steps else QUEUE_PLAIN).replace("$t", low),
+        "ASYNCFIELD": (f"\n\t// async is the clock that carries vLLM's async scheduling."
+                       f"\n\tasync {low}Async" if async_steps else ""),
     }
-    subs = {k: v.replace("$t", low).replace("$T", prefix) for k, v in subs.items()}
-    subs.update({"T": prefix, "t": low})
     pattern = re.compile(r"\$(" + "|".join(sorted(subs, key=len, reverse=True)) + ")")
 
     def fill(text: str) -> str:
